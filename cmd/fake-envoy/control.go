@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+)
+
+// fixture is what the control socket drives.
+type fixture struct {
+	envoy *fakeenvoy.Envoy
+	crash func()
+	exit  func(code int)
+}
+
+// serveControl takes fixture commands on a unix socket, one per line, answering "ok"
+// or "error: …" to each. It lets a test move the fake at runtime.
+func serveControl(path string, f fixture) (io.Closer, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	return ln, nil
+}
+
+func (f fixture) serve(c net.Conn) {
+	defer c.Close()
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		after, err := f.command(strings.Fields(sc.Text()))
+		answer := "ok\n"
+		if err != nil {
+			answer = "error: " + err.Error() + "\n"
+		}
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(c, answer)
+		if after != nil {
+			after() // the answer is out before the process goes
+		}
+	}
+}
+
+// command runs one line; an action that ends the process comes back as after.
+func (f fixture) command(words []string) (after func(), err error) {
+	if len(words) == 0 {
+		return nil, errors.New("empty command")
+	}
+	arg := func() (string, error) {
+		if len(words) != 2 {
+			return "", fmt.Errorf("usage: %s ARG", words[0])
+		}
+		return words[1], nil
+	}
+	switch words[0] {
+	case "state":
+		name, err := arg()
+		if err != nil {
+			return nil, err
+		}
+		s, err := fakeenvoy.ParseState(name)
+		if err != nil {
+			return nil, err
+		}
+		f.envoy.SetState(s)
+	case "silent":
+		v, err := arg()
+		if err != nil {
+			return nil, err
+		}
+		switch v {
+		case "on":
+			f.envoy.SetSilent(true)
+		case "off":
+			f.envoy.SetSilent(false)
+		default:
+			return nil, fmt.Errorf("silent %q: want on or off", v)
+		}
+	case "crash":
+		return f.crash, nil
+	case "exit":
+		v, err := arg()
+		if err != nil {
+			return nil, err
+		}
+		code, err := strconv.Atoi(v)
+		if err != nil || code < 0 || code > 255 {
+			return nil, fmt.Errorf("exit %q: want a code from 0 to 255", v)
+		}
+		return func() { f.exit(code) }, nil
+	default:
+		return nil, fmt.Errorf("unknown command %q", words[0])
+	}
+	return nil, nil
+}

@@ -1,0 +1,8 @@
+module github.com/proxy-supervisor/proxy-supervisor
+
+go 1.26.0
+
+require (
+	github.com/oklog/run v1.2.0
+	golang.org/x/sys v0.49.0
+)

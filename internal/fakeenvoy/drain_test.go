@@ -1,0 +1,198 @@
+package fakeenvoy
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+func drainOptions(strategy string, drain time.Duration) Options {
+	return Options{
+		DrainStrategy: strategy,
+		DrainTime:     drain,
+		Listeners: []Listener{
+			{Name: "http", Addr: "127.0.0.1:0", Inbound: true},
+			{Name: "tcp", Addr: "127.0.0.1:0", Inbound: true, TCP: true},
+		},
+	}
+}
+
+func echo(t *testing.T, c *httpConn) bool {
+	t.Helper()
+	c.nc.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c.nc, "x"); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	_, err := io.ReadFull(c.nc, b)
+	return err == nil
+}
+
+func TestGracefulImmediateDrain(t *testing.T) {
+	t.Parallel()
+	const drainTime = 600 * time.Millisecond
+	e := startLive(t, drainOptions("immediate", drainTime))
+	httpAddr, tcpAddr := e.ListenerAddrs()[0].String(), e.ListenerAddrs()[1].String()
+	idle := dialHTTP(t, httpAddr)
+	if idle.get() {
+		t.Fatal("connection: close before any drain")
+	}
+	fresh := dialHTTP(t, httpAddr) // connected, no request yet
+	tcp := dialHTTP(t, tcpAddr)
+	if !echo(t, tcp) {
+		t.Fatal("tcp echo")
+	}
+
+	began := time.Now()
+	if a := call(t, e, "POST", "/drain_listeners?graceful"); a.code != 200 || a.body != "OK\n" {
+		t.Fatalf("drain: %d %q", a.code, a.body)
+	}
+	if !idle.closedByPeer(300 * time.Millisecond) {
+		t.Error("idle keep-alive connection not closed by an immediate drain")
+	}
+	if !fresh.get() {
+		t.Error("first response on a draining listener lacks connection: close")
+	}
+	if !dialHTTP(t, httpAddr).get() {
+		t.Error("new connection during the drain: response lacks connection: close")
+	}
+	if !echo(t, tcp) {
+		t.Error("the TCP proxy acted on the drain")
+	}
+	if time.Since(began) < drainTime/2 && (refused(httpAddr) || refused(tcpAddr)) {
+		t.Error("listeners stopped accepting before the drain time")
+	}
+	eventually(t, "listeners stopped after the drain time", func() bool { return refused(httpAddr) && refused(tcpAddr) })
+	if took := time.Since(began); took < drainTime {
+		t.Errorf("listeners stopped after %v, before the %v drain time", took, drainTime)
+	}
+	if !echo(t, tcp) {
+		t.Error("stopping the listeners closed a TCP connection; only its peer may")
+	}
+	if e.ActiveConnections() < 1 {
+		t.Error("the TCP connection is not counted")
+	}
+	if a := call(t, e, "GET", "/ready"); a.body != "LIVE\n" {
+		t.Errorf("/ready %q after a drain", a.body)
+	}
+}
+
+func TestGracefulGradualDrainSpreadsCloses(t *testing.T) {
+	t.Parallel()
+	const drainTime = time.Second
+	e := startLive(t, drainOptions("gradual", drainTime))
+	var conns []*httpConn
+	for range 8 {
+		c := dialHTTP(t, e.ListenerAddrs()[0].String())
+		c.get()
+		conns = append(conns, c)
+	}
+	call(t, e, "POST", "/drain_listeners?graceful&skip_exit")
+	time.Sleep(50 * time.Millisecond)
+	open := 0
+	for _, c := range conns {
+		if !c.closedByPeer(time.Millisecond) {
+			open++
+		}
+	}
+	if open == 0 {
+		t.Error("a gradual drain closed every connection at once")
+	}
+	eventually(t, "all closed within the drain time", func() bool {
+		for _, c := range conns {
+			if !c.closedByPeer(time.Millisecond) {
+				return false
+			}
+		}
+		return true
+	})
+	if refused(e.ListenerAddrs()[0].String()) {
+		t.Error("skip_exit: the listener stopped")
+	}
+	got := stats(t, e, "?filter=drain_close")["http.http.downstream_cx_drain_close"]
+	if got != 8 {
+		t.Errorf("downstream_cx_drain_close %d, want 8", got)
+	}
+}
+
+func TestDrainScopes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		query       string
+		code        int
+		answer      string
+		inStops     bool // the inbound listener stops accepting
+		outStops    bool
+		outDraining bool // responses on the outbound listener carry connection: close
+	}{
+		{"graceful&inboundonly", 200, "OK\n", true, false, false},
+		{"graceful", 200, "OK\n", true, true, true},
+		{"graceful=false", 200, "OK\n", true, true, true}, // presence counts, not value
+		{"graceful&skip_exit", 200, "OK\n", false, false, true},
+		{"inboundonly", 200, "OK\n", true, false, false},
+		{"", 200, "OK\n", true, true, false},
+		{"skip_exit", 400, "skip_exit requires graceful\n", false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			t.Parallel()
+			e := startLive(t, Options{DrainTime: 300 * time.Millisecond, DrainStrategy: "immediate", Listeners: []Listener{
+				{Name: "out", Addr: "127.0.0.1:0"},
+				{Name: "in", Addr: "127.0.0.1:0", Inbound: true},
+			}})
+			out, in := e.ListenerAddrs()[0].String(), e.ListenerAddrs()[1].String()
+			kept := dialHTTP(t, out)
+			kept.get()
+			if a := call(t, e, "POST", "/drain_listeners?"+tt.query); a.code != tt.code || a.body != tt.answer {
+				t.Fatalf("%d %q", a.code, a.body)
+			}
+			time.Sleep(600 * time.Millisecond)
+			if got := refused(in); got != tt.inStops {
+				t.Errorf("inbound stopped = %v, want %v", got, tt.inStops)
+			}
+			if got := refused(out); got != tt.outStops {
+				t.Errorf("outbound stopped = %v, want %v", got, tt.outStops)
+			}
+			closedOrClosing := kept.closedByPeer(10*time.Millisecond) || kept.get()
+			if closedOrClosing != tt.outDraining {
+				t.Errorf("outbound connection drained = %v, want %v", closedOrClosing, tt.outDraining)
+			}
+		})
+	}
+}
+
+func TestDuplicateDrainChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := startLive(t, drainOptions("immediate", 400*time.Millisecond))
+	call(t, e, "POST", "/drain_listeners?graceful")
+	time.Sleep(200 * time.Millisecond)
+	// A second graceful drain neither restarts the clock nor stops at once.
+	if a := call(t, e, "POST", "/drain_listeners?graceful&inboundonly"); a.body != "OK\n" {
+		t.Fatalf("second drain: %q", a.body)
+	}
+	if refused(e.ListenerAddrs()[0].String()) {
+		t.Fatal("second drain stopped the listener at once")
+	}
+	eventually(t, "stopped on the first drain's clock", func() bool { return refused(e.ListenerAddrs()[0].String()) })
+}
+
+func TestFailedHealthCheckClosesOnEveryListener(t *testing.T) {
+	t.Parallel()
+	e := startLive(t, twoListeners())
+	out := dialHTTP(t, e.ListenerAddrs()[0].String())
+	in := dialHTTP(t, e.ListenerAddrs()[1].String())
+	if out.get() || in.get() {
+		t.Fatal("connection: close before the health check failed")
+	}
+	call(t, e, "POST", "/healthcheck/fail")
+	if !out.get() || !in.get() {
+		t.Error("a failed health check must put connection: close on every listener")
+	}
+	call(t, e, "POST", "/healthcheck/ok")
+	if dialHTTP(t, e.ListenerAddrs()[0].String()).get() {
+		t.Error("connection: close after /healthcheck/ok")
+	}
+	if refused(e.ListenerAddrs()[0].String()) {
+		t.Error("a failed health check stopped a listener")
+	}
+}

@@ -1,0 +1,396 @@
+// Package fakeenvoy is a test double for Envoy as proxy-supervisor sees it. It owns the
+// admin API (byte for byte what REFERENCE.md, "Envoy admin API", describes), the start-up
+// phases (unbound port, bound but silent, PRE_INITIALIZING, INITIALIZING, LIVE), the drain
+// manager and the stats that count real connections to its data listeners.
+//
+// It owns no process concerns: signals, exit codes and orphans belong to cmd/fake-envoy,
+// which wraps this package into a process that a supervisor can run as its child.
+package fakeenvoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// State mirrors Envoy's server.state gauge values.
+type State int
+
+// The values are Envoy's admin.v3.ServerInfo.State enum, so they are also what the
+// server.state gauge reports.
+const (
+	Live            State = 0
+	Draining        State = 1
+	PreInitializing State = 2
+	Initializing    State = 3
+)
+
+func (s State) String() string {
+	switch s {
+	case Live:
+		return "LIVE"
+	case Draining:
+		return "DRAINING"
+	case PreInitializing:
+		return "PRE_INITIALIZING"
+	case Initializing:
+		return "INITIALIZING"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// ParseState reads a state by its Envoy name, as /ready and /server_info print it.
+func ParseState(name string) (State, error) {
+	for _, s := range []State{Live, Draining, PreInitializing, Initializing} {
+		if s.String() == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown server state %q", name)
+}
+
+// Listener is one data-plane listener.
+type Listener struct {
+	Name       string // e.g. "virtualInbound"; default "listener_<index>"
+	Addr       string // "IP:port"; port 0 picks a free one at Start
+	Inbound    bool   // traffic_direction: INBOUND (matters for inboundonly)
+	TCP        bool   // plain tcp_proxy: ignores drains, connections stay until the peer closes; else an HTTP connection manager
+	StatPrefix string // for the http.<prefix>.downstream_cx_active duplicate of HTTP listeners; default derived from Name
+}
+
+// Options configure a fake Envoy. The zero value is an Envoy with no listeners that
+// binds 127.0.0.1:15000 and goes LIVE at once.
+type Options struct {
+	AdminAddr        string // default "127.0.0.1:15000"
+	Listeners        []Listener
+	BindDelay        time.Duration // admin port not bound yet for this long
+	SilentFor        time.Duration // after binding, connections are accepted but never answered for this long (Envoy binds before its loop runs)
+	InitDelay        time.Duration // PRE_INITIALIZING for InitDelay/2, INITIALIZING for the rest, then LIVE; 0 = LIVE at once (after bind/silence)
+	StayInitializing bool          // never reach LIVE on its own (only SetState moves it)
+	DrainTime        time.Duration // --drain-time-s, default 600s like Envoy
+	DrainStrategy    string        // "gradual" (default) or "immediate"
+	StatsFlush       time.Duration // server.state gauge refresh, default 5s (it lags; server.live does not)
+	Log              *slog.Logger  // nil = discard
+
+	// Concurrency is the number of worker threads whose per-worker stats split the
+	// connection counts (--concurrency). Default 2.
+	Concurrency int
+	// ConfigPath only shows in /server_info, like Envoy's -c.
+	ConfigPath string
+	// HangOnQuit makes /quitquitquit answer OK without shutting anything down: a proxy
+	// stuck in its shutdown. Quit still fires.
+	HangOnQuit bool
+	// OnInit runs once, synchronously, just before the server first reports LIVE. Envoy
+	// installs its signal handlers before it can answer LIVE, so the binary installs its
+	// own here and no client can see LIVE while a signal would still kill the process.
+	OnInit func()
+}
+
+// Envoy is a running fake. Its methods are safe for concurrent use.
+type Envoy struct {
+	opts      Options
+	log       *slog.Logger
+	started   time.Time
+	adminAP   netip.AddrPort
+	adminSock *socket
+	listeners []*dataListener
+	stats     *store
+	adminCx   cxStats
+	admin     []adminHandler // sorted by path
+
+	mu       sync.Mutex
+	phase    initPhase
+	hcFailed bool
+	manual   bool          // SetState took over from the start-up phases
+	loopUp   bool          // the admin loop runs (SilentFor is over)
+	silent   bool          // SetSilent(true)
+	answerCh chan struct{} // closed while the admin answers
+	drainAll bool          // a graceful drain of every listener is under way
+	drainIn  bool          // one of the inbound listeners is
+	timers   []*time.Timer // drain ends, stopped at shutdown
+	adminSrv *http.Server
+	shutting bool
+	levels   map[string]string // /logging
+
+	workersOnce sync.Once
+	bound       chan struct{}
+	initialized chan struct{}
+	initOnce    sync.Once
+	quit        chan struct{}
+	quitOnce    sync.Once
+	stop        chan struct{} // closed when shutdown begins
+	done        chan struct{} // closed when shutdown is complete
+	stopOnce    sync.Once
+	fatal       chan error
+	wg          sync.WaitGroup
+}
+
+type initPhase int
+
+const (
+	uninitialized initPhase = iota
+	initializing
+	initialized
+)
+
+// Start validates the options, reserves every port (so AdminAddr and ListenerAddrs are
+// known at once, while connecting is still refused) and returns. The phases then
+// progress in the background.
+func Start(opts Options) (*Envoy, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envoy{
+		opts:        opts,
+		log:         opts.Log,
+		started:     time.Now(),
+		stats:       newStore(),
+		answerCh:    make(chan struct{}),
+		bound:       make(chan struct{}),
+		initialized: make(chan struct{}),
+		quit:        make(chan struct{}),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		fatal:       make(chan error, 1),
+		levels:      make(map[string]string),
+	}
+	e.admin = e.adminHandlers()
+	if err := e.reservePorts(); err != nil {
+		e.releasePorts()
+		return nil, err
+	}
+	e.registerStats()
+	e.updateAnswering()
+	e.wg.Add(2)
+	go e.runPhases()
+	go e.flushStats()
+	return e, nil
+}
+
+func withDefaults(o Options) (Options, error) {
+	if o.AdminAddr == "" {
+		o.AdminAddr = "127.0.0.1:15000"
+	}
+	if o.DrainTime == 0 {
+		o.DrainTime = 600 * time.Second
+	}
+	switch o.DrainStrategy {
+	case "":
+		o.DrainStrategy = "gradual"
+	case "gradual", "immediate":
+	default:
+		return o, fmt.Errorf("drain strategy %q: want gradual or immediate", o.DrainStrategy)
+	}
+	if o.StatsFlush <= 0 {
+		o.StatsFlush = 5 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 2
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.BindDelay < 0 || o.SilentFor < 0 || o.InitDelay < 0 || o.DrainTime < 0 {
+		return o, errors.New("negative duration in options")
+	}
+	names := make(map[string]bool)
+	o.Listeners = append([]Listener(nil), o.Listeners...)
+	for i := range o.Listeners {
+		l := &o.Listeners[i]
+		if l.Name == "" {
+			l.Name = fmt.Sprintf("listener_%d", i)
+		}
+		if names[l.Name] {
+			return o, fmt.Errorf("duplicate listener name %q", l.Name)
+		}
+		names[l.Name] = true
+		if l.StatPrefix == "" {
+			l.StatPrefix = sanitizeStatName(l.Name)
+		}
+	}
+	return o, nil
+}
+
+func (e *Envoy) reservePorts() error {
+	ap, err := netip.ParseAddrPort(e.opts.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin address %q: %w", e.opts.AdminAddr, err)
+	}
+	if e.adminSock, err = reserve(ap); err != nil {
+		return fmt.Errorf("admin address %s: %w", ap, err)
+	}
+	e.adminAP = e.adminSock.addr
+	for _, cfg := range e.opts.Listeners {
+		ap, err := netip.ParseAddrPort(cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("listener %s: address %q: %w", cfg.Name, cfg.Addr, err)
+		}
+		sock, err := reserve(ap)
+		if err != nil {
+			return fmt.Errorf("listener %s: %w", cfg.Name, err)
+		}
+		e.listeners = append(e.listeners, newDataListener(e, cfg, sock))
+	}
+	return nil
+}
+
+func (e *Envoy) releasePorts() {
+	if e.adminSock != nil {
+		e.adminSock.close()
+	}
+	for _, l := range e.listeners {
+		l.sock.close()
+	}
+}
+
+// AdminAddr is the admin address with its port resolved, e.g. "127.0.0.1:15000". It is
+// known before the port is bound.
+func (e *Envoy) AdminAddr() string { return e.adminAP.String() }
+
+// ListenerAddrs are the data listeners' addresses, ports resolved, in Options order.
+func (e *Envoy) ListenerAddrs() []netip.AddrPort {
+	addrs := make([]netip.AddrPort, len(e.listeners))
+	for i, l := range e.listeners {
+		addrs[i] = l.addr
+	}
+	return addrs
+}
+
+// State is what /ready would answer now.
+func (e *Envoy) State() State {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stateLocked()
+}
+
+func (e *Envoy) stateLocked() State {
+	switch e.phase {
+	case uninitialized:
+		return PreInitializing
+	case initializing:
+		return Initializing
+	}
+	if e.hcFailed {
+		return Draining
+	}
+	return Live
+}
+
+// SetState forces a state, for fixtures. It takes over: the start-up phases no longer
+// move the state on their own. LIVE and DRAINING start the workers if they have not
+// started yet; DRAINING is a failed health check, as in Envoy.
+func (e *Envoy) SetState(s State) {
+	e.mu.Lock()
+	e.manual = true
+	e.mu.Unlock()
+	switch s {
+	case Live, Draining:
+		e.goLive(s == Draining)
+	case PreInitializing:
+		e.setPhase(uninitialized)
+	case Initializing:
+		e.setPhase(initializing)
+	}
+}
+
+// SetSilent makes the admin API accept connections and never answer (on), as an Envoy
+// whose main thread is stuck, or answer again (off); held requests are then answered.
+func (e *Envoy) SetSilent(on bool) {
+	e.mu.Lock()
+	e.silent = on
+	e.mu.Unlock()
+	e.updateAnswering()
+}
+
+// Quit is closed when POST /quitquitquit arrives.
+func (e *Envoy) Quit() <-chan struct{} { return e.quit }
+
+// Bound is closed once the admin port accepts connections (it may still be silent).
+// Envoy writes --admin-address-path at that moment.
+func (e *Envoy) Bound() <-chan struct{} { return e.bound }
+
+// Initialized is closed when LIVE is first reached, after Options.OnInit has run.
+func (e *Envoy) Initialized() <-chan struct{} { return e.initialized }
+
+// Done is closed once the fake has shut down, by /quitquitquit or Close.
+func (e *Envoy) Done() <-chan struct{} { return e.done }
+
+// Fatal delivers an error that would make Envoy exit 1 after Start returned, such as a
+// port that cannot be listened on once its phase comes.
+func (e *Envoy) Fatal() <-chan error { return e.fatal }
+
+// ActiveConnections is the number of open connections over all data listeners, for test
+// assertions. Admin connections are not counted.
+func (e *Envoy) ActiveConnections() int {
+	n := 0
+	for _, l := range e.listeners {
+		n += int(l.active.Load())
+	}
+	return n
+}
+
+// ReopenLogs does what SIGUSR1 and POST /reopen_logs do.
+func (e *Envoy) ReopenLogs() { e.log.Info("reopening access logs", loggerAttr("main")) }
+
+// Close shuts the fake down as Envoy's shutdown does: every listener and connection is
+// closed at once, without a drain. It waits until that is done and is idempotent.
+func (e *Envoy) Close() error {
+	e.shutdown()
+	<-e.done
+	return nil
+}
+
+func (e *Envoy) shutdown() {
+	e.stopOnce.Do(func() {
+		e.log.Info("shutting down server instance", loggerAttr("main"))
+		e.mu.Lock()
+		e.shutting = true
+		for _, t := range e.timers {
+			t.Stop()
+		}
+		srv := e.adminSrv
+		e.mu.Unlock()
+		close(e.stop)
+		e.updateAnswering()
+		for _, l := range e.listeners {
+			l.closeAll()
+		}
+		if srv != nil {
+			closeAdmin(srv)
+		} else {
+			e.adminSock.close()
+		}
+		go func() {
+			e.wg.Wait()
+			e.log.Info("main dispatch loop exited", loggerAttr("main"))
+			close(e.done)
+		}()
+	})
+}
+
+// reportFatal passes on an error that ends Envoy, unless the fake is shutting down
+// anyway (which is what made a socket go away under a phase).
+func (e *Envoy) reportFatal(err error) {
+	select {
+	case <-e.stop:
+		return
+	default:
+	}
+	e.log.Log(context.Background(), LevelCritical, err.Error(), loggerAttr("main"))
+	select {
+	case e.fatal <- err:
+	default:
+	}
+}
+
+// sanitizeStatName does what Envoy does to a name that goes into a stat: ':' is the
+// tag separator of some sinks, so it becomes '_'.
+func sanitizeStatName(s string) string { return strings.ReplaceAll(s, ":", "_") }

@@ -1,0 +1,333 @@
+package fakeenvoy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// dataListener is one data-plane listener: a TCP proxy or an HTTP connection manager
+// whose every request gets a 200. Its connections are real, and they alone move the
+// downstream_cx stats.
+type dataListener struct {
+	e         *Envoy
+	cfg       Listener
+	addr      netip.AddrPort
+	statScope string // "listener.127.0.0.1_15001"
+	sock      *socket
+	active    atomic.Int64
+	cx        cxStats // the listener's own, plus http.<prefix> for HTTP
+
+	// Guarded by e.mu.
+	ln         net.Listener
+	stopped    bool
+	drainStart time.Time // zero while no drain covers this listener
+	conns      map[*dataConn]struct{}
+	workers    []cxStats
+	next       int // round robin over workers, as the kernel spreads accepts
+}
+
+func newDataListener(e *Envoy, cfg Listener, sock *socket) *dataListener {
+	return &dataListener{
+		e:         e,
+		cfg:       cfg,
+		addr:      sock.addr,
+		statScope: listenerStatScope(sock.addr),
+		sock:      sock,
+		conns:     make(map[*dataConn]struct{}),
+	}
+}
+
+func (l *dataListener) httpScope() string { return "http." + l.cfg.StatPrefix }
+
+// start begins listening, which is what Envoy does when its workers start; before
+// that the port is bound but refuses connections.
+func (l *dataListener) start() error {
+	e := l.e
+	scopes := []string{l.statScope}
+	if !l.cfg.TCP {
+		scopes = append(scopes, l.httpScope())
+	}
+	workers := make([]cxStats, e.opts.Concurrency)
+	for i := range workers {
+		workers[i] = e.stats.cx(fmt.Sprintf("%s.worker_%d", l.statScope, i))
+	}
+	e.mu.Lock()
+	l.cx = e.stats.cx(scopes...)
+	l.workers = workers
+	skip := l.stopped || e.shutting
+	e.mu.Unlock()
+	if skip {
+		return nil
+	}
+	ln, err := l.sock.listen()
+	if err != nil {
+		return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.stopped || e.shutting {
+		ln.Close()
+		return nil
+	}
+	l.ln = ln
+	e.wg.Add(1)
+	go l.accept(ln)
+	return nil
+}
+
+func (l *dataListener) accept(ln net.Listener) {
+	defer l.e.wg.Done()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		c := l.track(nc)
+		if c == nil {
+			continue
+		}
+		l.e.wg.Add(1)
+		go func() {
+			defer l.e.wg.Done()
+			defer l.untrack(c)
+			if l.cfg.TCP {
+				l.serveTCP(c)
+			} else {
+				l.serveHTTP(c)
+			}
+		}()
+	}
+}
+
+// dataConn is one accepted connection.
+type dataConn struct {
+	l     *dataListener
+	nc    net.Conn
+	stats cxStats
+
+	// Guarded by l.e.mu.
+	due   time.Time // when a drain tells this connection to close
+	timer *time.Timer
+
+	mu     sync.Mutex
+	idle   bool // waiting for the first byte of a request
+	served int
+	closed bool
+}
+
+func (l *dataListener) track(nc net.Conn) *dataConn {
+	e := l.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shutting {
+		nc.Close()
+		return nil
+	}
+	w := l.workers[l.next%len(l.workers)]
+	l.next++
+	c := &dataConn{l: l, nc: nc, stats: cxStats{
+		active: append(append([]*metric(nil), l.cx.active...), w.active...),
+		total:  append(append([]*metric(nil), l.cx.total...), w.total...),
+	}}
+	c.stats.opened()
+	l.active.Add(1)
+	l.conns[c] = struct{}{}
+	if !l.cfg.TCP && !l.drainStart.IsZero() {
+		l.scheduleDrain(c)
+	}
+	return c
+}
+
+func (l *dataListener) untrack(c *dataConn) {
+	e := l.e
+	e.mu.Lock()
+	delete(l.conns, c)
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	e.mu.Unlock()
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.nc.Close()
+	c.stats.closed()
+	l.active.Add(-1)
+}
+
+// serveTCP stands in for tcp_proxy with an echoing upstream. It never looks at a
+// drain: the connection lasts until the peer closes it.
+func (l *dataListener) serveTCP(c *dataConn) {
+	io.Copy(c.nc, c.nc)
+}
+
+// serveHTTP is a minimal HTTP/1.1 connection manager: every request gets a 200, and a
+// drain (or a failed health check) puts "connection: close" on the next response.
+func (l *dataListener) serveHTTP(c *dataConn) {
+	scope := l.httpScope()
+	rqActive := l.e.stats.gauge(scope + ".downstream_rq_active")
+	rqTotal := l.e.stats.counter(scope + ".downstream_rq_total")
+	drainClose := l.e.stats.counter(scope + ".downstream_cx_drain_close")
+	br := bufio.NewReader(c.nc)
+	for {
+		if !c.setIdle(true) {
+			return
+		}
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		if !c.setIdle(false) {
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			io.WriteString(c.nc, httpResponse(http.StatusBadRequest, "Bad Request", false, true))
+			return
+		}
+		rqActive.add(1)
+		io.Copy(io.Discard, req.Body)
+		req.Body.Close()
+		draining := l.drainCloseDue(c)
+		closing := req.Close || draining
+		body := fmt.Sprintf("fake-envoy listener %s\n", l.cfg.Name)
+		_, werr := io.WriteString(c.nc, httpResponse(http.StatusOK, body, req.Method == http.MethodHead, closing))
+		rqActive.add(-1)
+		rqTotal.add(1)
+		c.mu.Lock()
+		c.served++
+		c.mu.Unlock()
+		if werr != nil {
+			return
+		}
+		if closing {
+			if draining {
+				drainClose.add(1)
+			}
+			return
+		}
+	}
+}
+
+func httpResponse(code int, body string, head, closing bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
+	fmt.Fprintf(&b, "content-length: %d\r\n", len(body))
+	b.WriteString("content-type: text/plain\r\n")
+	fmt.Fprintf(&b, "date: %s\r\n", time.Now().UTC().Format(http.TimeFormat))
+	b.WriteString("server: envoy\r\n")
+	if closing {
+		b.WriteString("connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	if !head {
+		b.WriteString(body)
+	}
+	return b.String()
+}
+
+func (c *dataConn) setIdle(idle bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle = idle
+	return !c.closed
+}
+
+// closeIfIdle is the drain reaching a keep-alive connection between requests. A
+// connection that never sent a request is left alone: closing it would fail the
+// request its client is about to send.
+func (c *dataConn) closeIfIdle() {
+	c.mu.Lock()
+	if c.closed || !c.idle || c.served == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.nc.Close()
+	c.l.e.stats.counter(c.l.httpScope() + ".downstream_cx_drain_close").add(1)
+}
+
+// stop is Envoy's stopListeners for this listener: no more accepts, connections stay.
+func (l *dataListener) stop() {
+	e := l.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.stopped || e.shutting {
+		return
+	}
+	l.stopped = true
+	if l.ln != nil {
+		l.ln.Close()
+	} else {
+		l.sock.close()
+	}
+	e.stats.counter("listener_manager.listener_stopped").add(1)
+}
+
+// closeAll is the process going away: every socket closes at once.
+func (l *dataListener) closeAll() {
+	e := l.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.ln != nil {
+		l.ln.Close()
+	}
+	l.sock.close()
+	for c := range l.conns {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.nc.Close()
+	}
+}
+
+type socketAddress struct {
+	Address   string `json:"address"`
+	PortValue uint16 `json:"port_value,omitempty"`
+}
+
+type listenerStatus struct {
+	Name         string `json:"name"`
+	LocalAddress struct {
+		SocketAddress socketAddress `json:"socket_address"`
+	} `json:"local_address"`
+}
+
+// handleListeners is /listeners: "name::address" lines, or admin.v3.Listeners as JSON.
+func (e *Envoy) handleListeners(w http.ResponseWriter, r *http.Request) {
+	if firstNonEmpty(query(r), "format") != "json" {
+		var b strings.Builder
+		for _, l := range e.listeners {
+			fmt.Fprintf(&b, "%s::%s\n", l.cfg.Name, l.addr)
+		}
+		reply(w, http.StatusOK, "", b.String())
+		return
+	}
+	var doc struct {
+		ListenerStatuses []listenerStatus `json:"listener_statuses,omitempty"`
+	}
+	for _, l := range e.listeners {
+		var s listenerStatus
+		s.Name = l.cfg.Name
+		s.LocalAddress.SocketAddress = socketAddress{Address: l.addr.Addr().String(), PortValue: l.addr.Port()}
+		doc.ListenerStatuses = append(doc.ListenerStatuses, s)
+	}
+	body, err := protoJSON(doc)
+	if err != nil {
+		reply(w, http.StatusInternalServerError, "", err.Error())
+		return
+	}
+	reply(w, http.StatusOK, contentTypeJSON, body)
+}

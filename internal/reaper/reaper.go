@@ -1,0 +1,152 @@
+// Package reaper owns wait4 for the whole process: it is the only code that waits
+// on children.
+//
+// A supervisor that runs as PID 1 (or as a child subreaper) inherits every orphan
+// in its PID namespace and must reap them, but a reaper loop calling wait4(-1)
+// steals the exit status of children that other code is waiting for; Go's
+// os.Process.Wait then fails with "no child processes". The fix, as in
+// containerd's reaper, is a single owner of wait4:
+//
+//   - Start forks a command and registers its pid under the same lock, so the
+//     reaper cannot dispatch that pid's exit before someone is listening.
+//   - Run drains wait4(-1, WNOHANG) until it returns 0 or ECHILD on every
+//     SIGCHLD, because SIGCHLD coalesces: one wait4 per signal leaves zombies.
+//     A periodic sweep backs the signal up.
+//   - Exits of registered children go to their channel; everything else is an
+//     orphan, counted and forgotten.
+//
+// Callers must never call Wait on a command started here.
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sweep is how often Run drains without a SIGCHLD. It only backs the signal up:
+// a signal can be lost to coalescing only if a drain misses an exit, which the
+// loop's structure prevents, but a bound costs nothing.
+const Sweep = time.Second
+
+// Exit is how a child ended.
+type Exit struct {
+	Pid    int
+	Status unix.WaitStatus
+}
+
+// Code maps the status the way shells and the kubelet do: the exit code, or
+// 128+N for death by signal N.
+func (e Exit) Code() int {
+	if e.Status.Signaled() {
+		return 128 + int(e.Status.Signal())
+	}
+	return e.Status.ExitStatus()
+}
+
+func (e Exit) String() string {
+	if e.Status.Signaled() {
+		return fmt.Sprintf("killed by %s (code %d)", unix.SignalName(e.Status.Signal()), e.Code())
+	}
+	return fmt.Sprintf("exited with code %d", e.Code())
+}
+
+// Reaper dispatches child exits. The zero value is not usable; call New.
+type Reaper struct {
+	mu      sync.Mutex
+	waiters map[int]chan Exit
+	orphans atomic.Uint64
+	notify  chan os.Signal
+}
+
+// New subscribes to SIGCHLD at once, so that no exit between New and Run goes
+// unnoticed. Unless the process is PID 1 it also becomes a child subreaper, so
+// the orphans of its children come back to it instead of to the real init (as
+// under shareProcessNamespace, where pause is PID 1).
+func New() (*Reaper, error) {
+	if os.Getpid() != 1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("become child subreaper: %w", err)
+		}
+	}
+	r := &Reaper{waiters: make(map[int]chan Exit), notify: make(chan os.Signal, 1)}
+	// Never signal.Ignore(SIGCHLD): the kernel would then reap on its own and
+	// every status would be lost.
+	signal.Notify(r.notify, unix.SIGCHLD)
+	return r, nil
+}
+
+// Start starts cmd and returns the channel that receives its exit. Holding the
+// lock across fork and registration is what makes an early exit safe: the
+// loop may reap the pid at once, but it cannot dispatch until the pid is known.
+func (r *Reaper) Start(cmd *exec.Cmd) (<-chan Exit, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := make(chan Exit, 1)
+	r.waiters[cmd.Process.Pid] = ch
+	return ch, nil
+}
+
+// Orphans is how many exits of unregistered processes have been reaped.
+func (r *Reaper) Orphans() uint64 { return r.orphans.Load() }
+
+// Run reaps until ctx ends.
+func (r *Reaper) Run(ctx context.Context) error {
+	defer signal.Stop(r.notify)
+	t := time.NewTicker(Sweep)
+	defer t.Stop()
+	for {
+		r.Reap()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.notify:
+		case <-t.C:
+		}
+	}
+}
+
+// Reap drains every exited child now and returns how many it reaped.
+func (r *Reaper) Reap() int {
+	n := 0
+	for {
+		var ws unix.WaitStatus
+		// No WALL or WCLONE: those would also take the clone children the Go
+		// runtime waits for itself.
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return n // ECHILD: no children at all; 0: none has exited
+		}
+		if !ws.Exited() && !ws.Signaled() {
+			continue // stopped or continued; without WUNTRACED this does not happen
+		}
+		n++
+		r.dispatch(Exit{Pid: pid, Status: ws})
+	}
+}
+
+func (r *Reaper) dispatch(e Exit) {
+	r.mu.Lock()
+	ch, ok := r.waiters[e.Pid]
+	delete(r.waiters, e.Pid)
+	r.mu.Unlock()
+	if !ok {
+		r.orphans.Add(1)
+		return
+	}
+	ch <- e // buffered, one send per registration
+}

@@ -1,0 +1,218 @@
+package reaper
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary doubles as the orphan factory: in this mode it starts n
+// short-lived processes and exits without waiting, so they are orphaned to the
+// nearest subreaper, the test process.
+func TestMain(m *testing.M) {
+	if n := os.Getenv("REAPER_TEST_ORPHANS"); n != "" {
+		count, _ := strconv.Atoi(n)
+		for i := 0; i < count; i++ {
+			if _, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func run(t *testing.T) *Reaper {
+	t.Helper()
+	r, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+func TestExitCodes(t *testing.T) {
+	r := run(t)
+	tests := []struct {
+		name   string
+		script string
+		code   int
+		signal bool
+	}{
+		{"success", "exit 0", 0, false},
+		{"failure", "exit 3", 3, false},
+		{"max", "exit 255", 255, false},
+		{"sigterm", "kill -TERM $$", 143, true},
+		{"sigkill", "kill -KILL $$", 137, true},
+		{"sigsegv", "kill -SEGV $$", 139, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch, err := r.Start(exec.Command("/bin/sh", "-c", tt.script))
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case e := <-ch:
+				if e.Code() != tt.code || e.Status.Signaled() != tt.signal {
+					t.Fatalf("got %v, want code %d (signaled %v)", e, tt.code, tt.signal)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no exit dispatched")
+			}
+		})
+	}
+}
+
+// An exit that happens before Start returns must not be taken for an orphan's.
+func TestImmediateExitIsNotLost(t *testing.T) {
+	r := run(t)
+	for i := 0; i < 200; i++ {
+		ch, err := r.Start(exec.Command("/bin/true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case e := <-ch:
+			if e.Code() != 0 {
+				t.Fatalf("got %v", e)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("exit %d lost", i)
+		}
+	}
+}
+
+// 2000 orphans exit while 500 registered children exit with their own codes:
+// every code arrives and no zombie is left.
+func TestOrphanStorm(t *testing.T) {
+	const orphans, children = 2000, 500
+	r := run(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := exec.Command(self)
+	factory.Env = append(os.Environ(), "REAPER_TEST_ORPHANS="+strconv.Itoa(orphans))
+	factory.Stderr = os.Stderr
+	fch, err := r.Start(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, children)
+	for i := 0; i < children; i++ {
+		code := i % 256
+		ch, err := r.Start(exec.Command("/bin/sh", "-c", "exit "+strconv.Itoa(code)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case e := <-ch:
+				if e.Code() != code {
+					errs <- fmt.Errorf("pid %d: got %v, want %d", e.Pid, e, code)
+				}
+			case <-time.After(60 * time.Second):
+				errs <- fmt.Errorf("exit with code %d never arrived", code)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if e := <-fch; e.Code() != 0 {
+		t.Fatalf("orphan factory: %v", e)
+	}
+
+	// The factory is gone, so its orphans are ours. Wait (bounded) until every
+	// one of them has been reaped.
+	deadline := time.Now().Add(60 * time.Second)
+	for r.Orphans() < orphans && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := r.Orphans(); got < orphans {
+		t.Errorf("reaped %d orphans, want %d", got, orphans)
+	}
+	if z := zombies(t); len(z) > 0 {
+		t.Errorf("%d zombies left: %v", len(z), z)
+	}
+}
+
+// zombies lists this process's children that have exited but not been reaped.
+func zombies(t *testing.T) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := os.Getpid()
+	var out []int
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so split after ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] != "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == me {
+			pid, _ := strconv.Atoi(strings.Fields(s)[0])
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestStartError(t *testing.T) {
+	r := run(t)
+	_, err := r.Start(exec.Command(filepath.Join(t.TempDir(), "missing")))
+	if err == nil {
+		t.Fatal("want an error for a missing command")
+	}
+	if !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("error %q does not say what is wrong", err)
+	}
+}
+
+func TestExitCodeMapping(t *testing.T) {
+	tests := []struct {
+		status unix.WaitStatus
+		code   int
+	}{
+		{0, 0},
+		{1 << 8, 1},
+		{255 << 8, 255},
+		{unix.WaitStatus(unix.SIGTERM), 143},
+		{unix.WaitStatus(unix.SIGKILL), 137},
+		{unix.WaitStatus(unix.SIGQUIT) | 0x80, 131}, // core dumped
+	}
+	for _, tt := range tests {
+		if got := (Exit{Status: tt.status}).Code(); got != tt.code {
+			t.Errorf("status %#x: code %d, want %d", uint32(tt.status), got, tt.code)
+		}
+	}
+}
