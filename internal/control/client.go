@@ -1,0 +1,139 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Client speaks to the control socket in a control directory.
+type Client struct {
+	path string
+	http *http.Client
+}
+
+// NewClient returns a client of the socket in dir.
+func NewClient(dir string) *Client {
+	path := filepath.Join(dir, SocketName)
+	return &Client{
+		path: path,
+		http: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			},
+			DisableCompression: true,
+		}},
+	}
+}
+
+// Path is the socket's path.
+func (c *Client) Path() string { return c.path }
+
+// Unavailable reports whether err means that no supervisor listens on the
+// socket (yet, or any more), as opposed to one that answered.
+func Unavailable(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// APIError is an answer with an error status.
+type APIError struct {
+	Code int
+	Msg  string
+}
+
+func (e *APIError) Error() string { return e.Msg }
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) (int, error) {
+	u := url.URL{Scheme: "http", Host: "control", Path: path, RawQuery: q.Encode()}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error = resp.Status
+		}
+		return resp.StatusCode, &APIError{resp.StatusCode, e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("control socket %s: %s: %w", c.path, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Ready long-polls GET /v1/ready for up to wait. It returns false with the
+// supervisor's reason when the proxy did not become ready in that time.
+func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, error) {
+	var out struct {
+		Ready  bool
+		Reason string
+	}
+	code, err := c.do(ctx, http.MethodGet, "/v1/ready", url.Values{"wait": {wait.String()}}, &out)
+	if err != nil {
+		return false, "", err
+	}
+	if code != http.StatusOK && code != http.StatusServiceUnavailable {
+		return false, "", fmt.Errorf("control socket: /v1/ready answered %d", code)
+	}
+	return out.Ready, out.Reason, nil
+}
+
+// Complete reports that peer finished with code, for the given reason
+// (empty means exited).
+func (c *Client) Complete(ctx context.Context, peer string, code int, reason string) error {
+	q := url.Values{"exit_code": {strconv.Itoa(code)}, "peer": {peer}}
+	if reason != "" {
+		q.Set("reason", reason)
+	}
+	status, err := c.do(ctx, http.MethodPost, "/v1/complete", q, nil)
+	if err == nil && status != http.StatusAccepted {
+		err = fmt.Errorf("control socket: /v1/complete answered %d", status)
+	}
+	return err
+}
+
+// Drain asks for the drain and waits up to wait for it to end. It returns
+// false with the supervisor's reason when the drain ended by its bound.
+func (c *Client) Drain(ctx context.Context, wait time.Duration) (bool, string, error) {
+	var out struct {
+		Drained bool
+		Reason  string
+	}
+	code, err := c.do(ctx, http.MethodPost, "/v1/drain", url.Values{"wait": {wait.String()}}, &out)
+	if err != nil {
+		return false, "", err
+	}
+	if code != http.StatusOK && code != http.StatusGatewayTimeout {
+		return false, "", fmt.Errorf("control socket: /v1/drain answered %d", code)
+	}
+	return out.Drained, out.Reason, nil
+}
+
+// Status returns the supervisor's state as raw JSON.
+func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	_, err := c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
+	return out, err
+}

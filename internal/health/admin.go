@@ -1,0 +1,306 @@
+// Package health owns what the supervisor knows about the proxy's health: a
+// client of Envoy's admin API, the readiness tracker that polls it, and the TCP
+// health server that the kubelet probes.
+//
+// Readiness is never remembered: the tracker's state is at most one poll old,
+// and a proxy that dies or stops answering stops being ready at the next poll.
+// pilot-agent caches its first success, so its status port says ready after
+// Envoy is gone; this package exists so that ours cannot.
+package health
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Admin is a client of Envoy's admin API. Every call is bounded by its
+// context and by Timeout: Envoy binds the admin port before its event loop
+// runs, so a connection can succeed and then hang.
+type Admin struct {
+	base    *url.URL
+	client  *http.Client
+	Timeout time.Duration
+}
+
+// maxBody bounds what is read from an admin answer; /stats with a filter and
+// /listeners are a few kilobytes even for a large mesh config.
+const maxBody = 4 << 20
+
+// NewAdmin returns a client for the admin API at rawURL, such as
+// http://127.0.0.1:15000.
+func NewAdmin(rawURL string) (*Admin, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("admin URL %q: %w", rawURL, err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("admin URL %q: want http://HOST:PORT", rawURL)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	return &Admin{
+		base: u,
+		client: &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // the admin API is local; never route it through HTTP_PROXY
+			DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     30 * time.Second,
+			DisableCompression:  true,
+		}},
+		Timeout: 2 * time.Second,
+	}, nil
+}
+
+// Port is the admin API's port; its listener is the proxy's, not the app's.
+func (a *Admin) Port() uint16 {
+	p, _ := strconv.ParseUint(a.base.Port(), 10, 16)
+	return uint16(p)
+}
+
+// Refused reports whether err means nothing listens on the admin port, which
+// is different from an admin API that does not answer: a refusing Envoy is not
+// running, so it has no connections; a silent one is unknown.
+func Refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// StatusError is an answer with an unexpected HTTP status.
+type StatusError struct {
+	Path string
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("admin %s: %d %s", e.Path, e.Code, strings.TrimSpace(e.Body))
+}
+
+func (a *Admin) do(ctx context.Context, method, path string, query url.Values) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
+	defer cancel()
+	u := *a.base
+	u.Path = path
+	u.RawQuery = encodeFlags(query)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("admin %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return 0, nil, fmt.Errorf("admin %s: read answer: %w", path, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+// encodeFlags writes empty values as bare keys (usedonly, graceful), because
+// Envoy's flags count by presence and read better that way in its logs.
+func encodeFlags(q url.Values) string {
+	var parts []string
+	for k, vs := range q {
+		for _, v := range vs {
+			if v == "" {
+				parts = append(parts, url.QueryEscape(k))
+			} else {
+				parts = append(parts, url.QueryEscape(k)+"="+url.QueryEscape(v))
+			}
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// ServerState asks GET /ready. It returns Envoy's state name (LIVE,
+// PRE_INITIALIZING, INITIALIZING or DRAINING) and whether Envoy said ready.
+func (a *Admin) ServerState(ctx context.Context) (state string, ready bool, err error) {
+	code, body, err := a.do(ctx, http.MethodGet, "/ready", nil)
+	if err != nil {
+		return "", false, err
+	}
+	state = strings.TrimSpace(string(body))
+	switch code {
+	case http.StatusOK:
+		return state, state == "LIVE", nil
+	case http.StatusServiceUnavailable:
+		return state, false, nil
+	}
+	return "", false, &StatusError{"/ready", code, string(body)}
+}
+
+// Post calls a mutating endpoint, such as /quitquitquit or /drain_listeners,
+// with its flags.
+func (a *Admin) Post(ctx context.Context, path string, flags ...string) error {
+	q := url.Values{}
+	for _, f := range flags {
+		q.Add(f, "")
+	}
+	code, body, err := a.do(ctx, http.MethodPost, path, q)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return &StatusError{path, code, string(body)}
+	}
+	return nil
+}
+
+// Stats returns the integer stats whose names match filter (an RE2 partial
+// match, as Envoy applies it). Only used stats are asked for, so a stat that is
+// missing is zero.
+func (a *Admin) Stats(ctx context.Context, filter string) (map[string]uint64, error) {
+	q := url.Values{"usedonly": {""}}
+	if filter != "" {
+		q.Set("filter", filter)
+	}
+	code, body, err := a.do(ctx, http.MethodGet, "/stats", q)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, &StatusError{"/stats", code, string(body)}
+	}
+	return parseStats(body), nil
+}
+
+// parseStats reads Envoy's text stats, `name: value` a line. Histograms and
+// text readouts have other values and are skipped.
+func parseStats(body []byte) map[string]uint64 {
+	out := make(map[string]uint64)
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ": ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			continue
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// ActiveConnections sums the downstream connections Envoy holds, the way
+// pilot-agent does: only the per-listener totals, not the per-worker copies,
+// not the admin listener's own (listener.admin.* and its main_thread copy)
+// and not the http.* counters (which count the
+// same connections again), and not listeners on the excluded ports (Istio's
+// own, such as 15090 and 15021, which the kubelet and Prometheus keep busy).
+func (a *Admin) ActiveConnections(ctx context.Context, exclude []uint16) (int, error) {
+	stats, err := a.Stats(ctx, `downstream_cx_active$`)
+	if err != nil {
+		return 0, err
+	}
+	return sumActive(stats, exclude), nil
+}
+
+func sumActive(stats map[string]uint64, exclude []uint16) int {
+	total := 0
+	for name, v := range stats {
+		rest, ok := strings.CutPrefix(name, "listener.")
+		if !ok {
+			continue
+		}
+		rest, ok = strings.CutSuffix(rest, ".downstream_cx_active")
+		if !ok || rest == "admin" || strings.HasPrefix(rest, "admin.") || strings.Contains(rest, ".worker_") || strings.HasPrefix(rest, "envoy_internal_") {
+			continue
+		}
+		if p, ok := statPort(rest); ok && contains(exclude, p) {
+			continue
+		}
+		total += int(v)
+	}
+	return total
+}
+
+// statPort reads the port of a listener's stat prefix, such as 0.0.0.0_15006
+// or [__]_8080. A listener with its own stat_prefix has none.
+func statPort(prefix string) (uint16, bool) {
+	i := strings.LastIndexByte(prefix, '_')
+	if i < 0 {
+		return 0, false
+	}
+	p, err := strconv.ParseUint(prefix[i+1:], 10, 16)
+	return uint16(p), err == nil
+}
+
+func contains(ports []uint16, p uint16) bool {
+	for _, q := range ports {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// ListenerPorts returns the ports of the listeners Envoy reports in
+// /listeners; sockets on them are the proxy's.
+func (a *Admin) ListenerPorts(ctx context.Context) ([]uint16, error) {
+	code, body, err := a.do(ctx, http.MethodGet, "/listeners", url.Values{"format": {"json"}})
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, &StatusError{"/listeners", code, string(body)}
+	}
+	return parseListeners(body)
+}
+
+type address struct {
+	SocketAddress struct {
+		Address   string `json:"address"`
+		PortValue uint16 `json:"port_value"`
+	} `json:"socket_address"`
+}
+
+func parseListeners(body []byte) ([]uint16, error) {
+	var doc struct {
+		Statuses []struct {
+			Local      address `json:"local_address"`
+			Additional []struct {
+				Address address `json:"address"`
+			} `json:"additional_local_addresses"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, fmt.Errorf("admin /listeners: %w", err)
+	}
+	var ports []uint16
+	add := func(a address) {
+		if p := a.SocketAddress.PortValue; p != 0 && !contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	for _, s := range doc.Statuses {
+		add(s.Local)
+		for _, x := range s.Additional {
+			add(x.Address)
+		}
+	}
+	return ports, nil
+}
+
+// Host is the admin API's address, for log lines.
+func (a *Admin) Host() string { return a.base.Host }
+
+// Addr is the admin API's address when its host is an IP literal.
+func (a *Admin) Addr() (netip.AddrPort, bool) {
+	ap, err := netip.ParseAddrPort(a.base.Host)
+	return ap, err == nil
+}

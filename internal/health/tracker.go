@@ -1,0 +1,173 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Poll intervals: fast while the proxy starts, so that readiness is noticed
+// within milliseconds, and once a second when ready, which bounds how stale a
+// ready answer can be.
+const (
+	StartInterval = 10 * time.Millisecond
+	ReadyInterval = time.Second
+)
+
+// Status is what the tracker last saw.
+type Status struct {
+	Ready  bool
+	Reason string // Envoy's state name, or why the admin API gave none
+	Down   bool   // nothing listens on the admin port: Envoy is not running
+}
+
+// Tracker polls the admin API and publishes every change of readiness.
+type Tracker struct {
+	admin  *Admin
+	strict bool
+
+	mu      sync.Mutex
+	status  Status
+	changed chan struct{} // closed at the next change, then replaced
+	gone    bool          // the proxy has exited: nothing may make it ready again
+}
+
+// NewTracker returns a tracker of the proxy behind admin. With strict, LIVE is
+// not enough: like pilot-agent it also wants CDS and LDS to have been applied
+// and the workers started, because an Envoy fed by xDS reaches LIVE without any
+// config once its initial fetch times out.
+func NewTracker(admin *Admin, strict bool) *Tracker {
+	return &Tracker{
+		admin:   admin,
+		strict:  strict,
+		status:  Status{Reason: "proxy starting"},
+		changed: make(chan struct{}),
+	}
+}
+
+// Status returns the current status and a channel that is closed when it
+// changes. Waiters select on the channel: no polling, no busy loop.
+func (t *Tracker) Status() (Status, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.status, t.changed
+}
+
+// WaitReady blocks until the proxy is ready or ctx ends.
+func (t *Tracker) WaitReady(ctx context.Context) bool {
+	for {
+		st, changed := t.Status()
+		if st.Ready {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Gone records that the proxy exited, with why. It is final: readiness is
+// withdrawn at once rather than at the next failed poll.
+func (t *Tracker) Gone(why string) {
+	t.mu.Lock()
+	t.gone = true
+	t.mu.Unlock()
+	t.set(Status{Reason: why})
+}
+
+func (t *Tracker) set(s Status) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.gone && s.Ready {
+		return
+	}
+	if s == t.status {
+		return
+	}
+	t.status = s
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// Run polls until ctx ends.
+func (t *Tracker) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		t.mu.Lock()
+		gone := t.gone
+		t.mu.Unlock()
+		if gone {
+			return nil
+		}
+		s := t.poll(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		t.set(s)
+		if s.Ready {
+			timer.Reset(ReadyInterval)
+		} else {
+			timer.Reset(StartInterval)
+		}
+	}
+}
+
+func (t *Tracker) poll(ctx context.Context) Status {
+	// A poll must end before the next one is due, so that a ready answer is
+	// never older than ReadyInterval.
+	ctx, cancel := context.WithTimeout(ctx, ReadyInterval*9/10)
+	defer cancel()
+	state, ready, err := t.admin.ServerState(ctx)
+	switch {
+	case Refused(err):
+		return Status{Reason: "admin API refuses connections", Down: true}
+	case errors.Is(err, context.DeadlineExceeded):
+		return Status{Reason: "admin API does not answer"}
+	case err != nil:
+		return Status{Reason: err.Error()}
+	case !ready:
+		return Status{Reason: state}
+	}
+	if t.strict {
+		if why := t.configured(ctx); why != "" {
+			return Status{Reason: why}
+		}
+	}
+	return Status{Ready: true, Reason: state}
+}
+
+// configured says what is missing before an xDS-fed Envoy has real config, or
+// "" when nothing is.
+func (t *Tracker) configured(ctx context.Context) string {
+	stats, err := t.admin.Stats(ctx, `(cds\.update_success|lds\.update_success|workers_started)$`)
+	if err != nil {
+		return err.Error()
+	}
+	var missing []string
+	for _, want := range []string{"cds.update_success", "lds.update_success", "workers_started"} {
+		found := false
+		for name, v := range stats {
+			if strings.HasSuffix(name, want) && v > 0 {
+				found = true
+			}
+		}
+		if !found {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Sprintf("LIVE but no %s yet", strings.Join(missing, ", "))
+	}
+	return ""
+}

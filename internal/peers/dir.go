@@ -1,0 +1,298 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// dirMode lets every uid add its own record, and the sticky bit lets
+	// only a record's owner replace or remove it.
+	dirMode = 0o1777
+	// recordMode lets the supervisor, often another uid, read and lock a
+	// peer's record.
+	recordMode = 0o644
+	// controlMode lets peers of any uid reach control.sock and peers/ in a
+	// control dir that we had to create ourselves.
+	controlMode = 0o755
+	// tempPrefix makes temp files dotfiles, which Load skips. A valid name
+	// never starts with a dot, so a temp file never collides with a record.
+	tempPrefix = ".tmp-"
+	// loadTries bounds how often Load reads a record that keeps being
+	// replaced under it. Each retry means a real Finish happened.
+	loadTries = 8
+)
+
+// Dir is <control-dir>/peers, the directory of records.
+type Dir struct {
+	path string
+}
+
+// Open names the records directory of controlDir. It touches nothing.
+func Open(controlDir string) Dir {
+	return Dir{path: filepath.Join(controlDir, "peers")}
+}
+
+// Path is the directory's path.
+func (d Dir) Path() string { return d.path }
+
+func (d Dir) file(name string) string { return filepath.Join(d.path, name) }
+
+// Create makes the directory, and the control dir if it is missing, for the
+// supervisor. Modes are set with chmod, because the umask must not decide
+// who can report. An existing directory gets its mode fixed, but it must be
+// a real directory owned by us: a peer that planted a symlink or its own
+// directory there could otherwise redirect the chmod or delete any record.
+func (d Dir) Create() error {
+	parent := filepath.Dir(d.path)
+	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(parent, controlMode); err != nil {
+			return fmt.Errorf("create control dir: %w", err)
+		}
+		if err := os.Chmod(parent, controlMode); err != nil {
+			return fmt.Errorf("create control dir: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("create control dir: %w", err)
+	}
+	if err := unix.Mkdir(d.path, dirMode); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("create %s: %w", d.path, err)
+	}
+	// Fix the mode through a descriptor opened without following a
+	// symlink, so the directory we check is the one we chmod.
+	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return fmt.Errorf("create %s: exists and is not a directory", d.path)
+		}
+		return fmt.Errorf("create %s: %w", d.path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("create %s: %w", d.path, err)
+	}
+	if uid := uint32(os.Geteuid()); st.Uid != uid {
+		return fmt.Errorf("create %s: owned by uid %d, not by us (uid %d); its owner could remove any peer's record", d.path, st.Uid, uid)
+	}
+	if err := unix.Fchmod(fd, dirMode); err != nil {
+		return fmt.Errorf("create %s: %w", d.path, err)
+	}
+	return nil
+}
+
+// Write stores a final record atomically and durably. A zero Time becomes
+// now. In the sticky directory, replacing a record owned by another uid
+// fails with a permission error.
+func (d Dir) Write(r Record) error {
+	if r.Running {
+		return fmt.Errorf("record %s: Write stores final records; Begin marks one running", r.Name)
+	}
+	_, err := d.put(r, false)
+	return err
+}
+
+// put writes r to a temp file and renames it over <name>. With lock, the
+// temp file is locked LOCK_EX before it is written and returned open, so
+// the record is never visible unlocked.
+func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
+	if r.Time.IsZero() {
+		r.Time = time.Now().UTC()
+	}
+	r = r.normal()
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	b, err := encode(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(d.path, tempPrefix+r.Name+".*")
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name()) // gone already if the rename happened
+		}
+	}()
+	if lock {
+		// Nobody else knows this inode yet, so this cannot block.
+		if err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			return nil, fmt.Errorf("record %s: lock: %w", r.Name, err)
+		}
+	}
+	if err := f.Chmod(recordMode); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if err := os.Rename(f.Name(), d.file(r.Name)); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("record %s: another uid owns it (is the name used by another container?): %w", r.Name, err)
+		}
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if err := d.sync(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if lock {
+		return f, nil
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	return nil, nil
+}
+
+// sync makes a rename durable: the new name lives in the directory.
+func (d Dir) sync() error {
+	f, err := os.Open(d.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// Load reads every record, keyed by name. A running record whose lock
+// nobody holds is reported final, as Lost with LostCode and the time of
+// this Load (its exec died with its app, and when is unknown). Dotfiles are
+// skipped in silence. Any other file that is not a valid record of at most
+// 64 KiB named after its file, or whose owner is not in allowedUIDs (empty
+// means all are allowed), is skipped with one error naming it. Errors are
+// never fatal: the map holds every record that could be read.
+func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
+	recs := map[string]Record{}
+	ents, err := os.ReadDir(d.path)
+	if err != nil {
+		return recs, []error{fmt.Errorf("load records: %w", err)}
+	}
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		r, ok, err := d.load(name, allowedUIDs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
+			continue
+		}
+		if ok {
+			recs[name] = r
+		}
+	}
+	return recs, errs
+}
+
+// load reads one record, again while a Finish keeps replacing it. ok is
+// false when the file vanished, which is no record rather than an error.
+func (d Dir) load(name string, allowed []uint32) (r Record, ok bool, err error) {
+	if err := ValidName(name); err != nil {
+		return Record{}, false, err
+	}
+	for range loadTries {
+		r, stable, err := d.read(name, allowed)
+		if errors.Is(err, fs.ErrNotExist) {
+			return Record{}, false, nil
+		}
+		if err != nil {
+			return Record{}, false, err
+		}
+		if stable {
+			return r, true, nil
+		}
+	}
+	return Record{}, false, fmt.Errorf("replaced %d times while being read", loadTries)
+}
+
+// read reads the record at <name> once. stable is false when the record was
+// running and unlocked but the path no longer names the inode we locked: a
+// Finish renamed a final record over it, and the caller must read again.
+func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err error) {
+	path := d.file(name)
+	// O_NOFOLLOW: a planted symlink must not make us read another file.
+	// O_NONBLOCK: a planted FIFO must not hang the open.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return Record{}, false, errors.New("a symlink, not a record")
+		}
+		return Record{}, false, err
+	}
+	defer f.Close()
+	st, err := fstat(f)
+	if err != nil {
+		return Record{}, false, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return Record{}, false, errors.New("not a regular file")
+	case len(allowed) > 0 && !slices.Contains(allowed, st.Uid):
+		return Record{}, false, fmt.Errorf("owner uid %d is not allowed", st.Uid)
+	case st.Size > maxRecordSize:
+		return Record{}, false, fmt.Errorf("%d bytes, larger than a record can be (%d)", st.Size, maxRecordSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+	if err != nil {
+		return Record{}, false, err
+	}
+	if len(b) > maxRecordSize {
+		return Record{}, false, fmt.Errorf("grew larger than a record can be (%d)", maxRecordSize)
+	}
+	r, err = decode(b)
+	if err != nil {
+		return Record{}, false, err
+	}
+	// A record that names another peer is a forgery or a misplaced copy;
+	// either way it must not count for the file's name.
+	if r.Name != name {
+		return Record{}, false, fmt.Errorf("holds the record of %s", quote(r.Name))
+	}
+	r.UID = st.Uid
+	if r.Final() {
+		return r, true, nil
+	}
+	held, err := locked(f)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if held {
+		return r, true, nil
+	}
+	same, err := names(path, &st)
+	if err != nil || !same {
+		return Record{}, false, err
+	}
+	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: time.Now().UTC(), UID: st.Uid}, true, nil
+}
+
+// names reports whether path still names the inode st describes.
+func names(path string, st *unix.Stat_t) (bool, error) {
+	var now unix.Stat_t
+	if err := unix.Lstat(path, &now); err != nil {
+		return false, err
+	}
+	return now.Dev == st.Dev && now.Ino == st.Ino, nil
+}
+
+func fstat(f *os.File) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := control(f, func(fd int) error { return unix.Fstat(fd, &st) })
+	return st, err
+}

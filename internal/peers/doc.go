@@ -1,0 +1,56 @@
+// Package peers owns the completion records of the app containers ("peers")
+// and the policy that decides what those records mean for the supervisor.
+//
+// # Records
+//
+// A peer reports by writing a record file, <control-dir>/peers/<name>, in
+// the volume the containers share. The record is the report: the control
+// socket only pokes the supervisor to read the directory again. A
+// completion therefore survives every ordering. It may be written before the
+// supervisor starts, while the proxy is still starting, or across a restart
+// of the proxy container, and the supervisor finds it on its next Load.
+//
+// Every write is a temp file in the same directory, fsynced, renamed over
+// <name>, then the directory is fsynced. A reader sees the old record or the
+// new one, never a torn one, and a crash after the write returns cannot lose
+// it. Temp files are dotfiles, and Load ignores dotfiles.
+//
+// The supervisor creates the directory with mode 01777. Any uid may add a
+// record, but the sticky bit lets only a file's owner rename over it or
+// remove it, so one peer cannot replace another's report. Load also checks
+// that a record names the file it is in, and optionally that its owner is an
+// allowed uid.
+//
+// # The running record and its lock
+//
+// exec marks its record running before it starts COMMAND (Begin), so a final
+// record left by an earlier run of the same container never ends a later
+// run. While COMMAND runs, exec holds an exclusive flock on that record. The
+// kubelet can kill the app and exec together (memory.oom.group), and then
+// nobody writes a final record. The kernel drops the lock with the process,
+// and a running record that nobody holds is how Load tells that exec died:
+// it reports the peer as Lost with LostCode, the kubelet's code for a killed
+// container.
+//
+// The protocol leaves no window in which a running record is visible but
+// unlocked:
+//
+//  1. Begin creates the temp file and takes LOCK_EX on it before the record
+//     has a name anyone looks at.
+//  2. It writes and fsyncs the running record, renames it to <name> and
+//     fsyncs the directory. A lock belongs to the open file, not to the
+//     path, so it survives the rename.
+//  3. Finish writes the final record the ordinary way (a new inode renamed
+//     over <name>), and only then closes the locked file.
+//
+// A reader probes a running record with LOCK_SH|LOCK_NB on its own fresh
+// descriptor. Getting the lock means the holder is gone, or that Finish
+// renamed a final record over the path between our open and our probe. So
+// Load checks that the path still names the inode it locked before it calls
+// the peer lost, and reads again otherwise.
+//
+// # Policy
+//
+// Policy turns the latest record of each peer into a Verdict, following
+// --peers, --on-peer-failure and --native-sidecar. See Policy.Decide.
+package peers

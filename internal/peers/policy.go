@@ -1,0 +1,164 @@
+package peers
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Policy decides what a set of records means. It is the whole of
+// --peers, --on-peer-failure and --native-sidecar.
+type Policy struct {
+	// Count is the number of distinct peers that must each end, used when
+	// Names is empty. Less than 1 counts as 1.
+	Count int
+	// Names lists the peers explicitly. Records of other names are ignored
+	// by Decide and refused by Accepts.
+	Names []string
+	// Wait is --on-peer-failure=wait, for restartPolicy OnFailure: the
+	// kubelet restarts a failed app in the same pod and it needs the proxy,
+	// so a failure is not final and only a success ends it.
+	Wait bool
+	// Native is --native-sidecar: the kubelet would only restart a sidecar
+	// that exits, so a settled policy never stops the proxy (Verdict.Done
+	// stays false) and SIGTERM is the way out. Verdict.Settled still tells
+	// a drain that every peer has ended.
+	Native bool
+}
+
+// ParsePeers parses --peers: a count ("1", "3") or a comma list of names
+// ("job,uploader"). With names, count is their number.
+func ParsePeers(s string) (count int, names []string, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil, errors.New(`--peers: empty; give a count ("1") or a comma list of names ("job,uploader")`)
+	}
+	if digits := strings.TrimLeft(s, "+-"); digits != "" && strings.Trim(digits, "0123456789") == "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, nil, fmt.Errorf("--peers: count %s is out of range", quote(s))
+		}
+		if n < 1 {
+			return 0, nil, fmt.Errorf("--peers: count must be at least 1, got %d", n)
+		}
+		return n, nil, nil
+	}
+	for n := range strings.SplitSeq(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			return 0, nil, fmt.Errorf("--peers: empty name in %s", quote(s))
+		}
+		if err := ValidName(n); err != nil {
+			return 0, nil, fmt.Errorf("--peers: %w", err)
+		}
+		if slices.Contains(names, n) {
+			return 0, nil, fmt.Errorf("--peers: %q is listed twice", n)
+		}
+		names = append(names, n)
+	}
+	return len(names), names, nil
+}
+
+// Accepts checks a name a peer reports under: it must be valid, and listed
+// when the policy lists names.
+func (p Policy) Accepts(name string) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	if len(p.Names) > 0 && !slices.Contains(p.Names, name) {
+		return fmt.Errorf("unknown peer %q: --peers lists %s", name, strings.Join(p.Names, ","))
+	}
+	return nil
+}
+
+// Verdict is what a set of records means under a policy.
+type Verdict struct {
+	// Done: the policy is settled and the proxy must stop. Never with
+	// Policy.Native.
+	Done bool
+	// Settled: every expected peer has succeeded, or a failure ended it.
+	// Like Done, but also under Policy.Native, where it only means the
+	// peers are gone (a drain need not wait for them).
+	Settled bool
+	// Code is the exit code once settled: 0 when every expected peer
+	// succeeded, else the code of the failed peer.
+	Code int
+	// Failed names the failed peer that settled it, if one did.
+	Failed string
+	// Pending lists, sorted, the known peers still awaited: running ones,
+	// listed ones with no record, and failed ones under Wait. Nil once
+	// settled. With Count, peers that have written nothing yet have no name
+	// to list, so Awaiting may be larger.
+	Pending []string
+	// Awaiting is how many expected peers have yet to succeed; 0 once
+	// settled.
+	Awaiting int
+}
+
+// Decide reads the latest record of each peer (the map holds one per name,
+// so a repeated report has replaced the earlier one). The policy needs
+// Count distinct names, or every listed name, to succeed; a running record
+// is never final.
+//
+// Unless Wait, a failed record settles the policy with that peer's code.
+// Records are taken in time order and the first decisive one wins, as the
+// supervisor would have seen them arrive: the earliest failure, unless
+// enough peers had succeeded before it (with Count, more names may report
+// than are expected).
+func (p Policy) Decide(recs map[string]Record) Verdict {
+	need := max(p.Count, 1)
+	if len(p.Names) > 0 {
+		need = len(p.Names)
+	}
+	var ends []Record
+	var pending []string
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		if len(p.Names) > 0 && !slices.Contains(p.Names, name) {
+			continue
+		}
+		r := recs[name]
+		r.Name = name
+		switch {
+		case r.Succeeded(), r.Failed() && !p.Wait:
+			ends = append(ends, r)
+		default:
+			pending = append(pending, name)
+		}
+	}
+	slices.SortStableFunc(ends, func(a, b Record) int {
+		return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.Name, b.Name))
+	})
+
+	v := Verdict{}
+	ok := 0
+	for _, r := range ends {
+		if r.Failed() {
+			v.Settled, v.Failed, v.Code = true, r.Name, r.ExitCode
+			if v.Code == 0 {
+				v.Code = 1 // a failure must never read as success
+			}
+			break
+		}
+		if ok++; ok == need {
+			v.Settled = true
+			break
+		}
+	}
+	v.Done = v.Settled && !p.Native
+	if v.Settled {
+		return v
+	}
+	for _, name := range p.Names {
+		if _, ok := recs[name]; !ok {
+			pending = append(pending, name)
+		}
+	}
+	slices.Sort(pending)
+	v.Pending = pending
+	v.Awaiting = need - ok
+	return v
+}

@@ -1,0 +1,493 @@
+package peers
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as a peer in another process, so that a lock
+// holder can really die and a write can really come from another uid.
+const (
+	helperEnv  = "PEERS_TEST_HELPER"
+	controlEnv = "PEERS_TEST_CONTROL"
+	nameEnv    = "PEERS_TEST_NAME"
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "hold":
+		os.Exit(helperHold())
+	case "write":
+		os.Exit(helperWrite())
+	default:
+		fmt.Fprintln(os.Stderr, "unknown helper mode")
+		os.Exit(2)
+	}
+}
+
+// helperHold begins a run, says so, and holds the lock until killed or
+// until its stdin closes.
+func helperHold() int {
+	run, err := Open(os.Getenv(controlEnv)).Begin(os.Getenv(nameEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("locked")
+	io.Copy(io.Discard, os.Stdin)
+	runtime.KeepAlive(run)
+	return 0
+}
+
+// helperWrite writes a success for its name, then begins and finishes a
+// run. It exits 3 on a permission error.
+func helperWrite() int {
+	d := Open(os.Getenv(controlEnv))
+	name := os.Getenv(nameEnv)
+	err := d.Write(Record{Name: name})
+	if err == nil {
+		var run *Run
+		if run, err = d.Begin(name); err == nil {
+			err = run.Finish(0, Exited)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if errors.Is(err, os.ErrPermission) {
+			return 3
+		}
+		return 1
+	}
+	return 0
+}
+
+func helper(t *testing.T, mode string, d Dir, name string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, controlEnv+"="+filepath.Dir(d.Path()), nameEnv+"="+name)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// holder starts a process that holds <name>'s lock; kill ends it.
+func holder(t *testing.T, d Dir, name string) (kill func()) {
+	t.Helper()
+	cmd := helper(t, "hold", d, name)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			stdin.Close()
+		})
+	}
+	t.Cleanup(kill)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("holder: %q, %v", line, err)
+	}
+	return kill
+}
+
+func load(t *testing.T, d Dir, name string) Record {
+	t.Helper()
+	recs, errs := d.Load(nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	r, ok := recs[name]
+	if !ok {
+		t.Fatalf("no record %s in %v", name, recs)
+	}
+	return r
+}
+
+func TestBeginFinish(t *testing.T) {
+	tests := []struct {
+		code   int
+		reason Reason
+		want   Record
+	}{
+		{0, Exited, Record{Name: "app", Reason: Exited}},
+		{0, "", Record{Name: "app", Reason: Exited}},
+		{3, Exited, Record{Name: "app", ExitCode: 3, Reason: Exited}},
+		{143, Signaled, Record{Name: "app", ExitCode: 143, Reason: Signaled}},
+		{NotReadyCode, NotReady, Record{Name: "app", ExitCode: 69, Reason: NotReady}},
+	}
+	for _, tt := range tests {
+		d := newDir(t)
+		run, err := d.Begin("app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := load(t, d, "app"); !r.Running || r.Final() {
+			t.Errorf("after Begin: %+v, want running", r)
+		}
+		if err := run.Finish(tt.code, tt.reason); err != nil {
+			t.Fatal(err)
+		}
+		got := load(t, d, "app")
+		got.Time, got.UID = time.Time{}, 0
+		if got != tt.want {
+			t.Errorf("Finish(%d, %q): %+v, want %+v", tt.code, tt.reason, got, tt.want)
+		}
+		if err := run.Finish(0, Exited); err == nil {
+			t.Error("a second Finish succeeded")
+		}
+		if err := run.Abort(); err == nil {
+			t.Error("Abort after Finish succeeded")
+		}
+	}
+}
+
+func TestFinishRefusesBadOutcome(t *testing.T) {
+	d := newDir(t)
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		code   int
+		reason Reason
+	}{{256, Exited}, {-1, Exited}, {9, Signaled}, {0, Lost}, {0, NotReady}, {1, "oom"}} {
+		if err := run.Finish(tt.code, tt.reason); err == nil {
+			t.Errorf("Finish(%d, %q) succeeded", tt.code, tt.reason)
+		}
+	}
+	// A refused Finish changes nothing: the run goes on.
+	if r := load(t, d, "app"); !r.Running {
+		t.Errorf("after refused Finishes: %+v, want running", r)
+	}
+	if err := run.Finish(1, Exited); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAbortIsLost(t *testing.T) {
+	d := newDir(t)
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	r := load(t, d, "app")
+	if r.Reason != Lost || r.ExitCode != LostCode || !r.Failed() {
+		t.Errorf("after Abort: %+v, want lost/137", r)
+	}
+	// Load reports lost but leaves the file as it is.
+	b, err := os.ReadFile(filepath.Join(d.Path(), "app"))
+	if err != nil || !strings.Contains(string(b), `"running":true`) {
+		t.Errorf("record after Load: %s, %v", b, err)
+	}
+}
+
+func TestBeginReplacesStaleFinal(t *testing.T) {
+	d := newDir(t)
+	if err := d.Write(Record{Name: "app", ExitCode: 0}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Abort()
+	recs, _ := d.Load(nil)
+	if r := recs["app"]; !r.Running {
+		t.Errorf("after Begin over a success: %+v, want running", r)
+	}
+	if v := (Policy{Count: 1}).Decide(recs); v.Done || v.Settled {
+		t.Errorf("an earlier run's success ended a later run: %+v", v)
+	}
+}
+
+func TestBeginRefusesHeldName(t *testing.T) {
+	d := newDir(t)
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Begin("app"); err == nil {
+		t.Error("a second Begin of a held name succeeded")
+	}
+	if err := run.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.Begin("app")
+	if err != nil {
+		t.Fatalf("Begin after the holder ended: %v", err)
+	}
+	again.Abort()
+	if _, err := d.Begin("Bad"); err == nil {
+		t.Error("Begin of an invalid name succeeded")
+	}
+}
+
+func TestKilledHolderIsLost(t *testing.T) {
+	d := newDir(t)
+	if err := d.Write(Record{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	kill := holder(t, d, "app")
+	if r := load(t, d, "app"); !r.Running {
+		t.Fatalf("while the holder lives: %+v, want running", r)
+	}
+	if v := (Policy{Count: 2}).Decide(mustLoad(t, d)); v.Settled || len(v.Pending) != 1 || v.Pending[0] != "app" {
+		t.Errorf("while the holder lives: %+v, want app pending", v)
+	}
+	kill()
+	r := load(t, d, "app")
+	if r.Reason != Lost || r.ExitCode != LostCode {
+		t.Fatalf("after SIGKILL: %+v, want lost/137", r)
+	}
+	if v := (Policy{Count: 2}).Decide(mustLoad(t, d)); !v.Done || v.Code != LostCode || v.Failed != "app" {
+		t.Errorf("after SIGKILL: %+v, want done with 137", v)
+	}
+}
+
+func mustLoad(t *testing.T, d Dir) map[string]Record {
+	t.Helper()
+	recs, errs := d.Load(nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return recs
+}
+
+func TestWatchLostHolderDies(t *testing.T) {
+	d := newDir(t)
+	kill := holder(t, d, "app")
+	done := make(chan error, 1)
+	go func() { done <- d.WatchLost(context.Background(), "app") }()
+	select {
+	case err := <-done:
+		t.Fatalf("WatchLost returned while the holder lives: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	killed := time.Now()
+	kill()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("WatchLost returned %v after the kill", time.Since(killed))
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchLost did not return after the holder died")
+	}
+	if r := load(t, d, "app"); r.Reason != Lost {
+		t.Errorf("after the watch: %+v, want lost", r)
+	}
+}
+
+func TestWatchLostFinish(t *testing.T) {
+	d := newDir(t)
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.WatchLost(context.Background(), "app") }()
+	time.Sleep(50 * time.Millisecond)
+	if err := run.Finish(4, Exited); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchLost did not return after Finish")
+	}
+	if r := load(t, d, "app"); r.ExitCode != 4 || r.Reason != Exited {
+		t.Errorf("after Finish: %+v", r)
+	}
+}
+
+func TestWatchLostCancel(t *testing.T) {
+	d := newDir(t)
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Abort()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.WatchLost(ctx, "app") }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("WatchLost after cancel = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchLost ignored its context")
+	}
+	if err := d.WatchLost(ctx, "app"); !errors.Is(err, context.Canceled) {
+		t.Errorf("WatchLost with an ended context = %v", err)
+	}
+}
+
+func TestWatchLostAtOnce(t *testing.T) {
+	d := newDir(t)
+	if err := d.Write(Record{Name: "final"}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := d.Begin("dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, name := range []string{"final", "dead"} {
+		if err := d.WatchLost(ctx, name); err != nil {
+			t.Errorf("WatchLost(%s) = %v, want nil at once", name, err)
+		}
+	}
+	if err := d.WatchLost(ctx, "missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("WatchLost(missing) = %v, want not-exist", err)
+	}
+}
+
+// A reader racing Begin and Finish must never call a live run lost: the
+// inode check catches a final record renamed in between open and probe.
+func TestLoadDuringFinishNeverLost(t *testing.T) {
+	d := newDir(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(stop)
+		for i := range 100 {
+			run, err := d.Begin("app")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := run.Finish(i%2, Exited); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	var loads, running int
+	for done := false; !done; {
+		select {
+		case <-stop:
+			done = true
+		default:
+		}
+		recs, errs := d.Load(nil)
+		loads++
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		r, ok := recs["app"]
+		if ok && r.Reason == Lost {
+			t.Fatalf("load %d saw a live run as lost", loads)
+		}
+		if r.Running {
+			running++
+		}
+	}
+	wg.Wait()
+	t.Logf("%d loads, %d saw the run in progress", loads, running)
+}
+
+// The sticky bit is what stops one peer from replacing another's record.
+// Root bypasses it, so the peers here are helper processes of other uids.
+func TestStickyDirProtectsRecords(t *testing.T) {
+	skipUnlessRoot(t)
+	// Another uid needs a path it can traverse, to the binary and the dir.
+	base, err := os.MkdirTemp("", "peers-sticky-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "peers.test")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := Open(filepath.Join(base, "control"))
+	if err := d.Create(); err != nil {
+		t.Fatal(err)
+	}
+
+	as := func(uid uint32, name string) error {
+		cmd := helper(t, "write", d, name)
+		cmd.Path = bin
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd.Run()
+	}
+	tests := []struct {
+		uid  uint32
+		name string
+		code int // 3: refused with a permission error
+	}{
+		{4242, "a", 0},
+		{4242, "a", 0}, // its own record again
+		{4243, "a", 3}, // another uid's record
+		{4243, "b", 0},
+		{4242, "b", 3},
+	}
+	for _, tt := range tests {
+		err := as(tt.uid, tt.name)
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tt.code {
+			t.Errorf("uid %d writing %s: exit %d, want %d", tt.uid, tt.name, code, tt.code)
+		}
+	}
+	recs := mustLoad(t, d)
+	if recs["a"].UID != 4242 || recs["b"].UID != 4243 {
+		t.Errorf("owners: a=%d b=%d, want 4242 and 4243", recs["a"].UID, recs["b"].UID)
+	}
+}
