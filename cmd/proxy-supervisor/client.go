@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+)
+
+// retryEvery is how often a client tries again while no supervisor listens
+// yet. Once one does, readiness is a long poll and arrives the moment it is
+// known.
+const retryEvery = 10 * time.Millisecond
+
+// waitReady waits until the supervisor in dir says the proxy is ready, or
+// until timeout. It returns the supervisor's last reason when it gives up.
+// A wait that gives up fails; it never proceeds without the proxy.
+func waitReady(dir string, timeout time.Duration) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c := control.NewClient(dir)
+	why := "no supervisor listening on " + c.Path()
+	for {
+		left := time.Until(deadlineOf(ctx))
+		if left <= 0 {
+			return false, why
+		}
+		ready, reason, err := c.Ready(ctx, min(left, control.MaxWait))
+		switch {
+		case ready:
+			return true, ""
+		case err == nil:
+			why = reason
+			continue // the long poll ended without readiness; ask again
+		case control.Unavailable(err):
+			why = "no supervisor listening on " + c.Path()
+		case ctx.Err() != nil:
+			return false, why
+		default:
+			why = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return false, why
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// waitURL polls an HTTP readiness URL, for a proxy that is not ours.
+func waitURL(url string, timeout time.Duration) (bool, string) {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
+	why := "no answer"
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true, ""
+			}
+			why = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		} else {
+			why = err.Error()
+		}
+		time.Sleep(min(retryEvery*5, time.Until(deadline)))
+	}
+	return false, why
+}
+
+func runWait(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("wait", "wait [--timeout D] [--control-dir DIR | --url URL]",
+		"Exits 0 once the proxy is ready, or non-zero at the timeout. Fits a postStart hook and an app's start script.")
+	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
+	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	url := f.fs.String("url", "", "an HTTP readiness URL to poll instead of the control socket (a proxy that is not ours)")
+	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "proxy-supervisor: wait: unexpected argument %q\n", rest[0])
+		return 2
+	}
+	if err := positive("timeout", *timeout); err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
+		return 2
+	}
+	if *url != "" && f.given("control-dir", env) {
+		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
+		return 2
+	}
+	var ok bool
+	var why string
+	if *url != "" {
+		ok, why = waitURL(*url, *timeout)
+	} else {
+		ok, why = waitReady(*dir, *timeout)
+	}
+	if !ok {
+		fmt.Fprintf(stderr, "proxy-supervisor: wait: proxy not ready after %v: %s\n", *timeout, why)
+		return 1
+	}
+	return 0
+}
+
+func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("prestop", "prestop [--timeout D] [--control-dir DIR]",
+		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it.")
+	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most")
+	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
+		return code
+	}
+	if err := positive("timeout", *timeout); err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: prestop: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Second)
+	defer cancel()
+	drained, why, err := control.NewClient(*dir).Drain(ctx, *timeout)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "proxy-supervisor: prestop: %v\n", err)
+		return 1
+	case !drained:
+		fmt.Fprintf(stderr, "proxy-supervisor: prestop: drain did not complete: %s\n", why)
+		return 1
+	}
+	return 0
+}
+
+func runStatus(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("status", "status [--control-dir DIR]", "Prints the supervisor's state as JSON.")
+	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	raw, err := control.NewClient(*dir).Status(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: status: %v\n", err)
+		return 1
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, raw, "", "  ") != nil {
+		out.Write(raw)
+	}
+	out.WriteByte('\n')
+	stdout.Write(out.Bytes())
+	return 0
+}
+
+func runInstall(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("install", "install DIR", "Copies this binary to DIR/proxy-supervisor, for app containers that mount DIR (an init container's job).")
+	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(rest) != 1 {
+		fmt.Fprintln(stderr, "proxy-supervisor: install: want exactly one DIR")
+		return 2
+	}
+	dst, err := install(rest[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: install: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, dst)
+	return 0
+}
+
+// install copies the running binary into dir atomically, so that an app
+// container never sees half a binary.
+func install(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(dir, ".proxy-supervisor-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = io.Copy(tmp, src)
+	err = errors.Join(err, tmp.Chmod(0o755), tmp.Sync(), tmp.Close())
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "proxy-supervisor")
+	return dst, os.Rename(tmp.Name(), dst)
+}

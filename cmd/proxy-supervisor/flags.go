@@ -1,0 +1,204 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnvPrefix starts the environment variable of every flag:
+// --drain-min is also PROXY_SUPERVISOR_DRAIN_MIN. A flag on the command line
+// wins over its variable.
+const EnvPrefix = "PROXY_SUPERVISOR_"
+
+// envName is the variable that backs a flag.
+func envName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// usageError is bad flags or usage: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// flags is a flag set whose flags also read the environment and whose help
+// shows each flag's variable and default.
+type flags struct {
+	fs       *flag.FlagSet
+	synopsis string
+	about    string
+}
+
+func newFlags(name, synopsis, about string) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are ours to print, on one line
+	return &flags{fs: fs, synopsis: synopsis, about: about}
+}
+
+// parse reads args, then the environment for every flag not given. It
+// returns flag.ErrHelp for -h/--help.
+func (f *flags) parse(args []string, getenv func(string) string) ([]string, error) {
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usagef("%s: %v", f.fs.Name(), strings.Replace(err.Error(), "-", "--", 1))
+	}
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var err error
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		if given[fl.Name] || err != nil {
+			return
+		}
+		if v := getenv(envName(fl.Name)); v != "" {
+			if e := f.fs.Set(fl.Name, v); e != nil {
+				err = usagef("%s: %s=%q: %v", f.fs.Name(), envName(fl.Name), v, e)
+			}
+		}
+	})
+	return f.fs.Args(), err
+}
+
+// given reports whether a flag was set on the command line or through its
+// variable.
+func (f *flags) given(name string, getenv func(string) string) bool {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set || getenv(envName(name)) != ""
+}
+
+// usage writes the help text.
+func (f *flags) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: proxy-supervisor %s\n\n%s\n", f.synopsis, f.about)
+	var all []*flag.Flag
+	f.fs.VisitAll(func(fl *flag.Flag) { all = append(all, fl) })
+	if len(all) == 0 {
+		return
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	fmt.Fprintln(w, "\nFlags (each also read from its environment variable; a flag wins):")
+	for _, fl := range all {
+		arg, help := flag.UnquoteUsage(fl)
+		if _, ok := fl.Value.(boolFlag); ok {
+			arg = ""
+		}
+		fmt.Fprintf(w, "  --%s %s\n      %s\n      env %s", fl.Name, arg, help, envName(fl.Name))
+		if fl.DefValue != "" {
+			fmt.Fprintf(w, ", default %s", fl.DefValue)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+type boolFlag interface{ IsBoolFlag() bool }
+
+// portList is a comma list of TCP ports, such as 8080,9090.
+type portList []uint16
+
+func (p *portList) String() string {
+	var s []string
+	for _, v := range *p {
+		s = append(s, strconv.Itoa(int(v)))
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *portList) Set(v string) error {
+	*p = nil
+	for _, f := range splitList(v) {
+		n, err := strconv.ParseUint(f, 10, 16)
+		if err != nil || n == 0 {
+			return fmt.Errorf("%q is not a port from 1 to 65535", f)
+		}
+		*p = append(*p, uint16(n))
+	}
+	return nil
+}
+
+// uidList is a comma list of uids.
+type uidList []uint32
+
+func (u *uidList) String() string {
+	var s []string
+	for _, v := range *u {
+		s = append(s, strconv.FormatUint(uint64(v), 10))
+	}
+	return strings.Join(s, ",")
+}
+
+func (u *uidList) Set(v string) error {
+	*u = nil
+	for _, f := range splitList(v) {
+		n, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q is not a uid", f)
+		}
+		*u = append(*u, uint32(n))
+	}
+	return nil
+}
+
+// optionalUID is a uid or unset (-1).
+type optionalUID int
+
+func (o *optionalUID) String() string {
+	if *o < 0 {
+		return ""
+	}
+	return strconv.Itoa(int(*o))
+}
+
+func (o *optionalUID) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 31)
+	if err != nil {
+		return fmt.Errorf("%q is not a uid", v)
+	}
+	*o = optionalUID(n)
+	return nil
+}
+
+// choice is one of a fixed set of words.
+type choice struct {
+	val     string
+	allowed []string
+}
+
+func (c *choice) String() string { return c.val }
+
+func (c *choice) Set(v string) error {
+	for _, a := range c.allowed {
+		if v == a {
+			c.val = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: want one of %s", v, strings.Join(c.allowed, ", "))
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// positive checks that a duration flag is above zero.
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return usagef("--%s: must be above zero, got %v", name, d)
+	}
+	return nil
+}

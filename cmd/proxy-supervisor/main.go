@@ -1,0 +1,94 @@
+// Command proxy-supervisor is the entrypoint of a pod's proxy container. It
+// runs Envoy (or pilot-agent) as its child and owns the pod's proxy lifecycle:
+//
+//	start   supervise -- envoy ...   fork the proxy, poll its admin API every
+//	                                 10 ms until ready; serve readiness
+//	app     exec --name job -- job   wait for ready (long-poll), run the job,
+//	                                 record its exit durably, poke the socket
+//	done    every peer completed  -> stop the proxy, exit with the job's code
+//	delete  prestop / SIGTERM     -> readiness 503, drain Envoy's listeners,
+//	                                 wait for the app's ports to close and
+//	                                 Envoy's connections to reach zero (bounded)
+//	stop    /quitquitquit -> SIGTERM to the group -> SIGKILL at --stop-timeout
+//
+// The same binary is the client the app container uses (wait, exec,
+// complete, prestop, status), copied in by `install` from an init container.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// command is one subcommand: it returns the process's exit code.
+type command struct {
+	name  string
+	about string
+	run   func(args []string, env func(string) string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"supervise", "run the proxy as a child and own its lifecycle (the proxy container's command)", runSupervise},
+		{"wait", "exit 0 once the proxy is ready (postStop hooks, start scripts)", runWait},
+		{"exec", "wait for the proxy, run COMMAND, record its completion, exit with its code", runExec},
+		{"complete", "record this peer's completion", runComplete},
+		{"prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},
+		{"status", "print the supervisor's state as JSON", runStatus},
+		{"install", "copy this binary into DIR for app containers (an init container)", runInstall},
+		{"version", "print the version", func(_ []string, _ func(string) string, out, _ io.Writer) int {
+			fmt.Fprintln(out, "proxy-supervisor", version)
+			return 0
+		}},
+	}
+}
+
+func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], env, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "proxy-supervisor: unknown command %q (try --help)\n", args[0])
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: proxy-supervisor COMMAND [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.about)
+	}
+	fmt.Fprintln(w, "\nRun 'proxy-supervisor COMMAND --help' for a command's flags.")
+}
+
+// parseOrExit parses a command's flags. It returns done=true with the exit
+// code when the command must end here: 0 after --help, 2 after bad usage.
+func parseOrExit(f *flags, args []string, env func(string) string, stdout, stderr io.Writer) (rest []string, code int, done bool) {
+	rest, err := f.parse(args, env)
+	if errors.Is(err, flag.ErrHelp) {
+		f.usage(stdout)
+		return nil, 0, true
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: %v\n", err)
+		return nil, 2, true
+	}
+	return rest, 0, false
+}

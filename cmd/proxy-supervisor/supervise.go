@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
+)
+
+// DefaultControlDir is the shared emptyDir's mount point.
+const DefaultControlDir = "/var/run/proxy-supervisor"
+
+// graceMargin is what the pod's grace period must hold beyond the drain and
+// the stop: time for the preStop hook to start, and the 2 s the kubelet may
+// leave after a hook before SIGTERM.
+const graceMargin = 5 * time.Second
+
+func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
+		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
+	adminURL := f.fs.String("admin-url", "http://127.0.0.1:15000", "Envoy's admin API: readiness, drain, stop and connection counts come from it")
+	healthAddr := f.fs.String("health-addr", ":15022", "address of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
+	controlDir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir: control.sock and the completion records in peers/")
+	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
+	onFailure := &choice{"exit", []string{"exit", "wait"}}
+	f.fs.Var(onFailure, "on-peer-failure", "exit: a failed peer stops the proxy (restartPolicy Never); wait: only success ends it (OnFailure)")
+	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does")
+	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
+	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed")
+	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain")
+	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
+	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
+	gracePeriod := f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds, to warn at start when the drain and stop bounds do not fit it")
+	var appPorts portList
+	f.fs.Var(&appPorts, "app-ports", "allowlist of the app's ports; when set, only these count as the app's (use it when other sidecars listen too)")
+	proxyUID := optionalUID(-1)
+	f.fs.Var(&proxyUID, "proxy-uid", "uid of the proxy; listening sockets it owns are the proxy's (1337 under Istio)")
+	var allowed uidList
+	f.fs.Var(&allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
+	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
+	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
+	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 after Envoy died under it (pilot-agent exits 0 when Envoy crashes)")
+	logFormat := &choice{"text", []string{"text", "json"}}
+	f.fs.Var(logFormat, "log-format", "log format: text or json")
+
+	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
+	if done {
+		return code
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "proxy-supervisor: supervise: %v\n", err)
+		return 2
+	}
+	if len(cmdline) == 0 {
+		return fail(usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]"))
+	}
+	admin, err := health.NewAdmin(*adminURL)
+	if err != nil {
+		return fail(usagef("--admin-url: %v", err))
+	}
+	count, names, err := peers.ParsePeers(*peerSpec)
+	if err != nil {
+		return fail(err)
+	}
+	istio, err := istioDrain(env)
+	if err != nil {
+		return fail(err)
+	}
+	// Istio's knobs apply only where ours were not given (DESIGN.md's mapping).
+	if istio.min > 0 && !f.given("drain-min", env) {
+		*drainMin = istio.min
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"drain-timeout", *drainTimeout}, {"stop-timeout", *stopTimeout}, {"quit-grace", *quitGrace}} {
+		if err := positive(d.name, d.v); err != nil {
+			return fail(err)
+		}
+	}
+	if *drainMin < 0 {
+		return fail(usagef("--drain-min: must not be negative"))
+	}
+	var logw io.Writer = stderr
+	var h slog.Handler = slog.NewTextHandler(logw, nil)
+	if logFormat.val == "json" {
+		h = slog.NewJSONHandler(logw, nil)
+	}
+	log := slog.New(h)
+	if istio.min > 0 {
+		log.Info("Istio drain settings mapped", "from", istio.source, "drain_min", *drainMin)
+	}
+	if *drainMin > *drainTimeout {
+		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", *drainMin, "drain_timeout", *drainTimeout)
+	}
+	if need := *drainTimeout + *stopTimeout + graceMargin; *gracePeriod > 0 && need > *gracePeriod {
+		log.Warn("drain and stop bounds do not fit the pod's grace period; the kubelet will SIGKILL first",
+			"drain_timeout", *drainTimeout, "stop_timeout", *stopTimeout, "margin", graceMargin, "need", need, "grace_period", *gracePeriod)
+	}
+
+	ports := []uint16{admin.Port()}
+	if hp, ok := portOf(*healthAddr); ok {
+		ports = append(ports, hp)
+	}
+	s, err := supervise.New(supervise.Config{
+		Command:     cmdline,
+		Admin:       admin,
+		StrictReady: *strict,
+		HealthAddr:  *healthAddr,
+		ControlDir:  *controlDir,
+		AllowedUIDs: allowed,
+		Policy: peers.Policy{
+			Count:  count,
+			Names:  names,
+			Wait:   onFailure.val == "wait",
+			Native: *native,
+		},
+		QuitGrace:            *quitGrace,
+		StopTimeout:          *stopTimeout,
+		DrainMin:             *drainMin,
+		DrainTimeout:         *drainTimeout,
+		DrainInboundOnly:     *inbound,
+		DrainHealthcheckFail: *hcFail,
+		Owner:                portwatch.Owner{ProxyPorts: ports, ProxyUID: int(proxyUID), AppPorts: appPorts},
+		FailOnEnvoyDeath:     *envoyDeath,
+		Log:                  log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: supervise: %v\n", err)
+		return 1
+	}
+	code, err = s.Run()
+	if err != nil {
+		log.Error("supervise", "err", err, "exit_code", code)
+	}
+	log.Info("supervisor exiting", "exit_code", code)
+	return code
+}

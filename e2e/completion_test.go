@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+)
+
+// app runs `proxy-supervisor exec` in the pod, as an app container's
+// entrypoint would.
+func (p *pod) app(name string, flags []string, script string) *proc {
+	argv := append([]string{bin.supervisor, "exec", "--control-dir", p.dir, "--name", name}, flags...)
+	argv = append(argv, "--", "/bin/sh", "-c", script)
+	return p.start("app "+name, true, nil, argv...)
+}
+
+func TestJobSucceeds(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--init-delay", "300ms")
+	app := p.app("app", nil, "echo working; exit 0")
+	if code := app.exit(soon); code != 0 {
+		t.Fatalf("app exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want 0", code)
+	}
+	if !strings.Contains(app.out.String(), "working") {
+		t.Fatal("the app never ran")
+	}
+	// The app must not have run before the proxy was ready.
+	out := sup.out.String()
+	if strings.Index(out, "proxy ready") > strings.Index(out, "peer completed") {
+		t.Fatal("completion seen before readiness: exec did not wait")
+	}
+}
+
+func TestJobFailsUnderNever(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil)
+	app := p.app("app", nil, "exit 3")
+	if code := app.exit(soon); code != 3 {
+		t.Fatalf("app exit %d, want 3", code)
+	}
+	if code := sup.exit(soon); code != 3 {
+		t.Fatalf("supervisor exit %d, want the app's 3", code)
+	}
+}
+
+// Under OnFailure the kubelet restarts the failed app in the same pod, and it
+// needs the proxy: only a success ends it.
+func TestJobFailsUnderOnFailure(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--on-peer-failure", "wait"})
+	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
+		t.Fatalf("first run exit %d", code)
+	}
+	sup.waitLog("keeping the proxy for its restart", soon)
+	if sup.wait(500 * time.Millisecond) {
+		t.Fatalf("supervisor exited %d after a failure under OnFailure", sup.code)
+	}
+	p.waitHTTP(readyURL, 200, soon)
+	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+		t.Fatalf("second run exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want 0", code)
+	}
+}
+
+func TestTwoPeers(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--peers", "job,uploader"})
+	if code := p.app("job", nil, "exit 0").exit(soon); code != 0 {
+		t.Fatalf("job exit %d", code)
+	}
+	if sup.wait(500 * time.Millisecond) {
+		t.Fatalf("supervisor exited %d with one of two peers done", sup.code)
+	}
+	// An unknown name is refused, with the reason, and a non-zero exit.
+	code, out := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "intruder")
+	if code == 0 || !strings.Contains(out, "intruder") {
+		t.Fatalf("unknown peer: exit %d, %q", code, out)
+	}
+	if code := p.app("uploader", nil, "exit 0").exit(soon); code != 0 {
+		t.Fatalf("uploader exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+// The app finished before the proxy container (re)started: the supervisor
+// exits with the recorded code and never starts the proxy.
+func TestCompletionBeforeSupervisor(t *testing.T) {
+	p := newPod(t)
+	// The supervisor of an earlier run created peers/; none listens now.
+	earlier := p.supervise(nil)
+	p.waitHTTP(readyURL, 200, soon)
+	earlier.cmd.Process.Signal(syscall.SIGKILL)
+	earlier.exit(soon)
+
+	code, out := p.client(soon, nil, "complete", "--control-dir", p.dir, "--exit-code", "4")
+	if code != 0 || !strings.Contains(out, "no supervisor is listening") {
+		t.Fatalf("complete without a supervisor: exit %d, %q", code, out)
+	}
+	sup := p.supervise(nil)
+	if code := sup.exit(soon); code != 4 {
+		t.Fatalf("supervisor exit %d, want the recorded 4", code)
+	}
+	if strings.Contains(sup.out.String(), "proxy started") {
+		t.Fatal("the proxy was started although the records settled the job")
+	}
+}
+
+func TestCompletionWhileProxyStarting(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--init-delay", "30s")
+	sup.waitLog("proxy started", soon)
+	code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir)
+	if code != 0 {
+		t.Fatalf("complete exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want 0", code)
+	}
+	if strings.Contains(sup.out.String(), "proxy ready") {
+		t.Fatal("the proxy became ready; this test wants a completion before that")
+	}
+}
+
+// The kubelet kills the app and its exec together (memory.oom.group): no
+// final record is written, and the released lock counts as a failure.
+func TestAppKilledWithExecIsLost(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil)
+	app := p.app("app", nil, "sleep 100")
+	waitRecord(t, p.dir, "app", `"running":true`)
+	syscall.Kill(-app.cmd.Process.Pid, syscall.SIGKILL)
+	if code := sup.exit(soon); code != 137 {
+		t.Fatalf("supervisor exit %d, want 137 for a lost peer", code)
+	}
+	if !strings.Contains(sup.out.String(), "reason=lost") {
+		t.Fatal("the loss was not logged as such")
+	}
+}
+
+func TestExecNotReady(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--stay-initializing")
+	app := p.app("app", []string{"--timeout", "1s"}, "echo must-not-run")
+	if code := app.exit(soon); code != 69 {
+		t.Fatalf("exec exit %d, want 69", code)
+	}
+	if strings.Contains(app.out.String(), "must-not-run") {
+		t.Fatal("exec ran the app without a ready proxy")
+	}
+	if code := sup.exit(soon); code != 69 {
+		t.Fatalf("supervisor exit %d, want 69", code)
+	}
+	if !strings.Contains(sup.out.String(), "reason=not-ready") {
+		t.Fatal("not-ready reason not recorded")
+	}
+}
+
+// A final record left by an earlier run of the same container never ends a
+// later run: exec marks the record running first.
+func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--peers", "job,side"})
+	p.waitHTTP(readyURL, 200, soon)
+	// The earlier run of job succeeded...
+	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "job"); code != 0 {
+		t.Fatal("complete failed")
+	}
+	// ...and job runs again (its container restarted) while side finishes.
+	app := p.app("job", nil, "sleep 1; exit 5")
+	waitRecord(t, p.dir, "job", `"running":true`)
+	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "side"); code != 0 {
+		t.Fatal("complete failed")
+	}
+	if sup.wait(300 * time.Millisecond) {
+		t.Fatalf("supervisor exited %d on job's stale record", sup.code)
+	}
+	app.exit(soon)
+	if code := sup.exit(soon); code != 5 {
+		t.Fatalf("supervisor exit %d, want job's 5", code)
+	}
+}
+
+func TestCurlOnTheSocket(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	p := newPod(t)
+	sup := p.supervise(nil)
+	sock := filepath.Join(p.dir, "control.sock")
+	p.waitHTTP(readyURL, 200, soon)
+	out, err := exec.Command("curl", "-sS", "--unix-socket", sock, "http://x/v1/ready?wait=5s").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"ready":true`) {
+		t.Fatalf("curl ready: %v %s", err, out)
+	}
+	out, _ = exec.Command("curl", "-sS", "-X", "POST", "--unix-socket", sock, "http://x/v1/complete?exit_code=300").CombinedOutput()
+	if !strings.Contains(string(out), `"error"`) {
+		t.Fatalf("bad exit code: %s", out)
+	}
+	out, err = exec.Command("curl", "-sS", "-w", "%{http_code}", "-X", "POST", "--unix-socket", sock, "http://x/v1/complete?exit_code=0").CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "202") {
+		t.Fatalf("curl complete: %v %s", err, out)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+	// POST alone: the supervisor wrote the record itself, so it survives.
+	if _, err := os.Stat(filepath.Join(p.dir, "peers", ".posted", "app")); err != nil {
+		t.Fatalf("no record of the POSTed completion: %v", err)
+	}
+}
+
+func TestThousandConcurrentCompletes(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--peers", "1001"})
+	p.waitHTTP(readyURL, 200, soon)
+	c := control.NewClient(p.dir)
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for i := 0; i < 1000; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.Complete(ctx, fmt.Sprintf("peer-%d", i), 0, ""); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Peers    map[string]any
+		Awaiting int
+	}
+	json.Unmarshal(raw, &st)
+	if len(st.Peers) != 1000 || st.Awaiting != 1 {
+		t.Fatalf("status: %d peers, awaiting %d; want 1000 and 1", len(st.Peers), st.Awaiting)
+	}
+	if sup.wait(200 * time.Millisecond) {
+		t.Fatal("supervisor exited with one peer missing")
+	}
+	if err := c.Complete(ctx, "last", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+func TestNativeSidecarWaitsForSigterm(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--native-sidecar", "--drain-min", "30s"})
+	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+		t.Fatal("app failed")
+	}
+	sup.waitLog("native sidecar waits for SIGTERM", soon)
+	if sup.wait(500 * time.Millisecond) {
+		t.Fatalf("a native sidecar exited %d on completion", sup.code)
+	}
+	start := time.Now()
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	// Every peer had completed, so the 30 s drain minimum is skipped.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("stop took %v; the drain minimum should have been skipped", d)
+	}
+}
+
+// waitRecord waits (bounded) until peers/<name> holds want.
+func waitRecord(t *testing.T, dir, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(soon)
+	for {
+		b, _ := os.ReadFile(filepath.Join(dir, "peers", name))
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record %s never held %q; last %q", name, want, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

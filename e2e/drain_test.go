@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// prestop runs the preStop hook in the background.
+func (p *pod) prestop(flags ...string) *proc {
+	return p.start("prestop", false, nil, append([]string{bin.supervisor, "prestop", "--control-dir", p.dir}, flags...)...)
+}
+
+// stillBlocked asserts, once sup has started the drain, that pr is still
+// running after d, and that readiness is 503 meanwhile.
+func (p *pod) stillBlocked(sup, pr *proc, d time.Duration) {
+	p.t.Helper()
+	sup.waitLog(`msg="drain started"`, soon)
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if code, _ := p.get(readyURL); code != 503 {
+			p.t.Fatalf("readiness %d during the drain, want 503", code)
+		}
+		if pr.wait(50 * time.Millisecond) {
+			p.t.Fatalf("%s returned (%d) while it should block:\n%s", pr.name, pr.code, pr.out.String())
+		}
+	}
+}
+
+func TestPrestopWaitsForAppPorts(t *testing.T) {
+	for _, tt := range []struct{ name, network, addr string }{
+		{"ipv4", "tcp4", "127.0.0.1:8080"},
+		{"ipv6 only", "tcp6", "[::1]:8080"},
+		{"wildcard", "tcp", ":8080"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod(t)
+			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"})
+			p.waitHTTP(readyURL, 200, soon)
+			ln := p.listen(tt.network, tt.addr)
+			hook := p.prestop()
+			p.stillBlocked(sup, hook, time.Second)
+			ln.Close()
+			closed := time.Now()
+			if code := hook.exit(soon); code != 0 {
+				t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+			}
+			if d := time.Since(closed); d > 3*time.Second {
+				t.Fatalf("prestop returned %v after the port closed", d)
+			}
+			if code, _ := p.get(readyURL); code != 503 {
+				t.Fatalf("readiness %d after the drain, want 503", code)
+			}
+			// The proxy still runs: preStop alone stops nothing.
+			if sup.wait(200 * time.Millisecond) {
+				t.Fatalf("supervisor exited %d on preStop", sup.code)
+			}
+			sup.signal(syscall.SIGTERM)
+			if code := sup.exit(soon); code != 0 {
+				t.Fatalf("supervisor exit %d", code)
+			}
+			if n := strings.Count(sup.out.String(), `msg="drain started"`); n != 1 {
+				t.Fatalf("%d drains started; preStop and SIGTERM share one", n)
+			}
+		})
+	}
+}
+
+// An open connection through Envoy holds the drain until it closes.
+func TestOpenConnectionHoldsDrain(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
+		"--listener", "inbound=127.0.0.1:9000,inbound,tcp")
+	p.waitHTTP(readyURL, 200, soon)
+	conn, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	hook := p.prestop()
+	// Envoy's own listener on 9000 is not the app's; only the connection
+	// holds the drain.
+	p.stillBlocked(sup, hook, time.Second)
+	conn.Close()
+	if code := hook.exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	}
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+func TestDrainTimeout(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "1500ms"})
+	p.waitHTTP(readyURL, 200, soon)
+	p.listen("tcp", "127.0.0.1:8080") // never closed
+	start := time.Now()
+	hook := p.prestop()
+	if code := hook.exit(soon); code == 0 {
+		t.Fatal("prestop succeeded although the app never closed its port")
+	}
+	if d := time.Since(start); d < time.Second || d > 6*time.Second {
+		t.Fatalf("prestop returned after %v with --drain-timeout 1.5s", d)
+	}
+	if !strings.Contains(hook.out.String(), "timeout") {
+		t.Fatalf("prestop did not say why: %s", hook.out.String())
+	}
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+// Ports that belong to the proxy or to another sidecar do not hold the drain.
+func TestForeignPortsDoNotHoldDrain(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--app-ports", "8080"},
+		"--listener", "outbound=127.0.0.1:9001,tcp")
+	p.waitHTTP(readyURL, 200, soon)
+	p.listen("tcp", "127.0.0.1:9901") // another sidecar's admin port
+	p.listen("tcp", "127.0.0.1:15090")
+	start := time.Now()
+	if code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir); code != 0 {
+		t.Fatalf("prestop exit %d: %s", code, out)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("prestop took %v; nothing of the app's was open", d)
+	}
+	sup.signal(syscall.SIGTERM)
+	sup.exit(soon)
+}
+
+// SIGTERM alone (no preStop hook) drains too, then stops.
+func TestSigtermDrainsFirst(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"})
+	p.waitHTTP(readyURL, 200, soon)
+	ln := p.listen("tcp", "127.0.0.1:8080")
+	sup.signal(syscall.SIGTERM)
+	if sup.wait(time.Second) {
+		t.Fatalf("supervisor exited %d while the app still listened", sup.code)
+	}
+	if code, _ := p.get(readyURL); code != 503 {
+		t.Fatalf("readiness %d during the drain", code)
+	}
+	ln.Close()
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// A peer completion during the drain ends its wait at once.
+func TestCompletionEndsDrain(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "30s"})
+	p.waitHTTP(readyURL, 200, soon)
+	p.listen("tcp", "127.0.0.1:8080")
+	hook := p.prestop("--timeout", "30s")
+	p.stillBlocked(sup, hook, 500*time.Millisecond)
+	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir); code != 0 {
+		t.Fatal("complete failed")
+	}
+	if code := hook.exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}

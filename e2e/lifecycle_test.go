@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Generous bounds: these assert behaviour, not speed (docs/benchmarks.md
+// has the speed).
+const (
+	soon = 10 * time.Second
+)
+
+func TestSigtermAfterReadyExitsZero(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil)
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	out := sup.out.String()
+	for _, want := range []string{"proxy started", "proxy ready", "signal received", "stop requested", "proxy exited"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "escalated to SIGKILL") {
+		t.Error("a proxy that honours /quitquitquit needed SIGKILL")
+	}
+}
+
+func TestSigtermBeforeReadyExits143(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--stay-initializing")
+	sup.waitLog("proxy started", soon)
+	time.Sleep(100 * time.Millisecond)
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 143 {
+		t.Fatalf("exit %d, want 143", code)
+	}
+}
+
+func TestSigquitKillsAtOnce(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--stop-timeout", "30s"}, "--hang-on-term")
+	p.waitHTTP(readyURL, 200, soon)
+	start := time.Now()
+	sup.signal(syscall.SIGQUIT)
+	if code := sup.exit(soon); code != 131 {
+		t.Fatalf("exit %d, want 131", code)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("SIGQUIT took %v; it must not wait for the stop timeout", d)
+	}
+}
+
+func TestProxyExitCodePropagates(t *testing.T) {
+	tests := []struct {
+		name  string
+		flags []string
+		code  int
+	}{
+		{"exit code", []string{"--exit-after", "300ms", "--exit-code", "3"}, 3},
+		{"crash", []string{"--crash-after", "300ms"}, 139},
+		{"config error", []string{"--config-error"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod(t)
+			sup := p.supervise(nil, tt.flags...)
+			if code := sup.exit(soon); code != tt.code {
+				t.Fatalf("exit %d, want %d", code, tt.code)
+			}
+			sup.waitLog("proxy exited", soon)
+		})
+	}
+}
+
+func TestCommandNotFoundOrNotExecutable(t *testing.T) {
+	p := newPod(t)
+	notExec := p.dir + "/not-executable"
+	if err := writeFile(notExec, "#!/bin/sh\n", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{p.dir + "/missing": 127, notExec: 126} {
+		pr := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "", "--", path)
+		if code := pr.exit(soon); code != want {
+			t.Errorf("%s: exit %d, want %d", path, code, want)
+		}
+		if !strings.Contains(pr.out.String(), path) {
+			t.Errorf("%s: the error does not name the path:\n%s", path, pr.out.String())
+		}
+	}
+}
+
+func TestBadFlagsExit2(t *testing.T) {
+	p := newPod(t)
+	for _, args := range [][]string{
+		{"supervise", "--drain-min", "soon", "--", "true"},
+		{"supervise", "--no-such-flag", "--", "true"},
+		{"supervise"},
+		{"supervise", "--on-peer-failure", "maybe", "--", "true"},
+	} {
+		code, out := p.client(soon, nil, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if lines := strings.Count(strings.TrimSpace(out), "\n") + 1; lines != 1 {
+			t.Errorf("%v: want one line of error, got %d:\n%s", args, lines, out)
+		}
+	}
+	code, out := p.client(soon, []string{"PROXY_SUPERVISOR_STOP_TIMEOUT=later"}, "supervise", "--", "true")
+	if code != 2 || !strings.Contains(out, "PROXY_SUPERVISOR_STOP_TIMEOUT") {
+		t.Errorf("bad env var: exit %d, output %q; want 2 naming the variable", code, out)
+	}
+}
+
+// A proxy that ignores SIGTERM and /quitquitquit is killed at --stop-timeout,
+// and a stop we asked for still exits 0.
+func TestHangingProxyIsKilled(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--stop-timeout", "1s", "--drain-min", "0s"}, "--hang-on-term")
+	p.waitHTTP(readyURL, 200, soon)
+	start := time.Now()
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("stop took %v with --stop-timeout 1s", d)
+	}
+	if !strings.Contains(sup.out.String(), "escalated to SIGKILL") {
+		t.Fatal("no SIGKILL escalation logged")
+	}
+}
+
+func TestSignalForwarding(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "1s")
+	sup.waitLog("proxy started", soon)
+	// Before ready, SIGUSR1 would kill Envoy; it must be dropped.
+	sup.signal(syscall.SIGUSR1)
+	sup.waitLog("SIGUSR1 dropped", soon)
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGUSR1)
+	sup.waitLog("reopening access logs", soon)
+	// Neither is forwarded: SIGUSR2 would kill Envoy, SIGHUP pilot-agent.
+	sup.signal(syscall.SIGUSR2)
+	sup.signal(syscall.SIGHUP)
+	sup.waitLog(`signal not forwarded" signal=SIGHUP`, soon)
+	time.Sleep(200 * time.Millisecond)
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d, want 0 (the proxy must have survived the signals)", code)
+	}
+}
+
+// A storm of signals that must not stop anything, then one that must.
+func TestSignalStorm(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s"})
+	p.waitHTTP(readyURL, 200, soon)
+	for i := 0; i < 300; i++ {
+		for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1} {
+			sup.cmd.Process.Signal(sig)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	p.waitHTTP(readyURL, 200, soon)
+	for i := 0; i < 50; i++ {
+		sup.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+}
+
+// As PID 1 the supervisor reaps every orphan the proxy leaves, and the
+// proxy's own status is never lost among them.
+func TestReapsOrphansAsPID1(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--orphans", "500", "--orphan-life", "200ms", "--exit-after", "2s", "--exit-code", "7")
+	p.waitHTTP(readyURL, 200, soon)
+	deadline := time.Now().Add(soon)
+	for {
+		if v, _ := p.metric("proxy_supervisor_zombies_reaped_total"); v >= 500 {
+			break
+		}
+		if time.Now().After(deadline) {
+			v, _ := p.metric("proxy_supervisor_zombies_reaped_total")
+			t.Fatalf("reaped %v orphans, want >= 500", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if z := zombies(sup.cmd.Process.Pid); z != 0 {
+		t.Errorf("%d zombies under the supervisor", z)
+	}
+	if code := sup.exit(soon); code != 7 {
+		t.Fatalf("exit %d, want the proxy's 7", code)
+	}
+}

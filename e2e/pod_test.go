@@ -1,0 +1,354 @@
+// Package e2e runs the built binaries the way a kubelet would: the supervisor
+// as PID 1 of a fresh PID namespace, inside a network namespace that stands in
+// for the pod's (held open by a pause process), with a temp dir standing in
+// for the shared emptyDir, and app processes that join the same network
+// namespace. It needs root (CI runs as root), nsenter and ip.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var bin struct {
+	supervisor, envoy string
+}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped, needs root for namespaces")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	bin.supervisor = filepath.Join(dir, "proxy-supervisor")
+	bin.envoy = filepath.Join(dir, "fake-envoy")
+	for out, pkg := range map[string]string{bin.supervisor: "../cmd/proxy-supervisor", bin.envoy: "../cmd/fake-envoy"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pod is a network namespace and a shared volume.
+type pod struct {
+	t     *testing.T
+	dir   string // the emptyDir
+	netns string // /proc/PID/ns/net of the pause process
+	pause *exec.Cmd
+}
+
+func newPod(t *testing.T) *pod {
+	t.Helper()
+	pause := exec.Command("sleep", "infinity")
+	pause.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if err := pause.Start(); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	p := &pod{t: t, dir: t.TempDir(), pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
+	t.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
+	if b, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, b)
+	}
+	return p
+}
+
+// proc is a process started in the pod, with its output kept for assertions.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	code int
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs argv inside the pod's network namespace. With newPID it is PID 1
+// of a new PID namespace, as a container's entrypoint is.
+func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proc {
+	p.t.Helper()
+	cmd := exec.Command("nsenter", append([]string{"--net=" + p.netns, "--"}, argv...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if newPID {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", name, err)
+	}
+	pr := &proc{t: p.t, name: name, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		pr.code = exitCode(cmd.ProcessState)
+		close(pr.done)
+	}()
+	p.t.Cleanup(func() {
+		select {
+		case <-pr.done:
+		default:
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-pr.done
+		}
+		if p.t.Failed() {
+			p.t.Logf("--- %s output:\n%s", name, out.String())
+		}
+	})
+	return pr
+}
+
+func exitCode(ps *os.ProcessState) int {
+	ws := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// supervise starts the supervisor as PID 1 with the fake Envoy as its proxy.
+func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
+	p.t.Helper()
+	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, flags...)
+	argv = append(argv, "--", bin.envoy)
+	argv = append(argv, envoyFlags...)
+	return p.start("supervisor", true, nil, argv...)
+}
+
+// client runs a client command of the binary in the pod and returns its code
+// and output.
+func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, string) {
+	p.t.Helper()
+	pr := p.start(args[0], false, env, append([]string{bin.supervisor}, args...)...)
+	if !pr.wait(timeout) {
+		p.t.Fatalf("%v did not finish within %v:\n%s", args, timeout, pr.out.String())
+	}
+	return pr.code, pr.out.String()
+}
+
+// wait reports whether the process ended within d.
+func (pr *proc) wait(d time.Duration) bool {
+	select {
+	case <-pr.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// exit waits (bounded) for the process and returns its exit code.
+func (pr *proc) exit(d time.Duration) int {
+	pr.t.Helper()
+	if !pr.wait(d) {
+		pr.t.Fatalf("%s still running after %v", pr.name, d)
+	}
+	return pr.code
+}
+
+func (pr *proc) signal(sig syscall.Signal) {
+	pr.t.Helper()
+	if err := pr.cmd.Process.Signal(sig); err != nil {
+		pr.t.Fatalf("signal %s: %v", pr.name, err)
+	}
+}
+
+// waitLog waits (bounded) until the output holds s.
+func (pr *proc) waitLog(s string, d time.Duration) {
+	pr.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(pr.out.String(), s) {
+		if time.Now().After(deadline) {
+			pr.t.Fatalf("%s never logged %q within %v", pr.name, s, d)
+		}
+		select {
+		case <-pr.done:
+			if !strings.Contains(pr.out.String(), s) {
+				pr.t.Fatalf("%s exited (code %d) without logging %q", pr.name, pr.code, s)
+			}
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// dial connects from inside the pod's network namespace.
+func (p *pod) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := p.inNetns(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// listen opens a listening socket in the pod's network namespace: the app.
+func (p *pod) listen(network, addr string) net.Listener {
+	p.t.Helper()
+	var ln net.Listener
+	if err := p.inNetns(func() (err error) {
+		ln, err = net.Listen(network, addr)
+		return err
+	}); err != nil {
+		p.t.Fatalf("app listen %s: %v", addr, err)
+	}
+	go func() { // accept and hold, as an app would
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	p.t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// inNetns runs fn on a thread inside the pod's network namespace: a socket
+// belongs to the namespace of the thread that creates it, so the thread joins
+// the pod's for the call and leaves again.
+func (p *pod) inNetns(fn func() error) error {
+	runtime.LockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer self.Close()
+	target, err := os.Open(p.netns)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	ferr := fn()
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		// This thread is stuck in the pod's namespace: leave it locked so
+		// that it dies with the goroutine instead of serving others.
+		return fmt.Errorf("restore netns: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// http returns a client whose connections are made inside the pod.
+func (p *pod) http() *http.Client {
+	return &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{DialContext: p.dial, DisableKeepAlives: true},
+	}
+}
+
+// get fetches a URL inside the pod and returns the status and body; a
+// transport error is status 0.
+func (p *pod) get(url string) (int, string) {
+	resp, err := p.http().Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitHTTP waits (bounded) until url answers want.
+func (p *pod) waitHTTP(url string, want int, d time.Duration) string {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		code, body := p.get(url)
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: got %d %q, want %d within %v", url, code, body, want, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+const (
+	readyURL   = "http://127.0.0.1:15022/healthz/ready"
+	metricsURL = "http://127.0.0.1:15022/metrics"
+)
+
+// metric reads one unlabelled or labelled series from /metrics.
+func (p *pod) metric(series string) (float64, bool) {
+	_, body := p.get(metricsURL)
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// zombies counts unreaped children of pid.
+func zombies(pid int) int {
+	n := 0
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			n++
+		}
+	}
+	return n
+}
+
+func writeFile(path, content string, mode os.FileMode) error {
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
+}

@@ -1,0 +1,59 @@
+package supervise
+
+import (
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+)
+
+// states are the values of proxy_supervisor_state, in lifecycle order.
+var states = []string{"starting", "ready", "draining", "stopping", "exited"}
+
+// meters are the supervisor's metrics, served on the health server's /metrics.
+type meters struct {
+	reg          *metrics.Registry
+	state        metrics.Vec
+	ready        *metrics.Value
+	readyChanges *metrics.Value
+	exits        metrics.Vec
+	signals      metrics.Vec
+	sigkills     *metrics.Value
+	completions  metrics.Vec
+	failures     metrics.Vec
+	completionTo *metrics.Value
+	drains       metrics.Vec
+	drainSeconds *metrics.Value
+}
+
+func newMeters(s *Supervisor) *meters {
+	r := metrics.NewRegistry()
+	m := &meters{
+		reg:          r,
+		state:        r.GaugeVec("proxy_supervisor_state", "The lifecycle state: 1 for the current one.", "state"),
+		ready:        r.Gauge("proxy_supervisor_proxy_ready", "1 while the admin API says the proxy is ready."),
+		readyChanges: r.Counter("proxy_supervisor_ready_transitions_total", "Changes of the proxy's readiness."),
+		exits:        r.CounterVec("proxy_supervisor_proxy_exits_total", "Exits of the proxy by exit code (128+N for signal N). The supervisor never restarts the proxy; the kubelet restarts the container.", "code"),
+		signals:      r.CounterVec("proxy_supervisor_signals_total", "Signals received.", "signal"),
+		sigkills:     r.Counter("proxy_supervisor_sigkill_escalations_total", "Stops that needed SIGKILL."),
+		completions:  r.CounterVec("proxy_supervisor_peer_completions_total", "Final completion records by peer, exit code and reason.", "peer", "code", "reason"),
+		failures:     r.CounterVec("proxy_supervisor_peer_failures_total", "Failed completions by peer.", "peer"),
+		completionTo: r.Gauge("proxy_supervisor_completion_to_exit_seconds", "From the records settling the job to the proxy's exit."),
+		drains:       r.CounterVec("proxy_supervisor_drains_total", "Drains by how they ended: drained, timeout, peers-completed or stopped.", "end"),
+		drainSeconds: r.Gauge("proxy_supervisor_drain_duration_seconds", "Duration of the last drain."),
+	}
+	r.CounterFunc("proxy_supervisor_zombies_reaped_total", "Exited processes reaped that were not the proxy (orphans).",
+		func() float64 { return float64(s.reaper.Orphans()) })
+	r.GaugeFunc("proxy_supervisor_uptime_seconds", "Seconds since the supervisor started.",
+		func() float64 { return time.Since(s.start).Seconds() })
+	return m
+}
+
+func (m *meters) setState(now string) {
+	for _, st := range states {
+		v := 0.0
+		if st == now {
+			v = 1
+		}
+		m.state.With(st).Set(v)
+	}
+}

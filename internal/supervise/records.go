@@ -1,0 +1,245 @@
+package supervise
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+)
+
+// Rescan is how often the records are read without a poke. Pokes and lock
+// releases are the fast path; this only backs them up, for a record written
+// while no supervisor was listening to a poke.
+const Rescan = time.Second
+
+// book is what the completion records said when last read.
+type book struct {
+	recs      map[string]peers.Record
+	verdict   peers.Verdict
+	errs      map[string]bool // skipped files already logged
+	settled   chan struct{}   // closed when the verdict first settles
+	settledAt time.Time
+}
+
+// posted is where the supervisor keeps completions that arrived by POST
+// alone. They live apart from the peers' own records because peers/ is
+// sticky: a record the supervisor wrote there could never be replaced by the
+// peer's next run.
+func (s *Supervisor) posted() peers.Dir {
+	return peers.At(filepath.Join(s.records.Path(), ".posted"))
+}
+
+// createPosted makes the directory of posted completions, writable by the
+// supervisor alone.
+func (s *Supervisor) createPosted() error {
+	p := s.posted().Path()
+	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return os.Chmod(p, 0o755)
+}
+
+// loadRecords reads every record, merges the posted ones (each name's latest
+// counts) and applies the policy. It logs and counts what changed.
+func (s *Supervisor) loadRecords(why string) peers.Verdict {
+	recs, errs := s.records.Load(s.cfg.AllowedUIDs)
+	posted, perrs := s.posted().Load([]uint32{uint32(os.Geteuid())})
+	for name, r := range posted {
+		if old, ok := recs[name]; !ok || r.Time.After(old.Time) {
+			recs[name] = r
+		}
+	}
+	errs = append(errs, perrs...)
+	v := s.cfg.Policy.Decide(recs)
+
+	s.mu.Lock()
+	old := s.book.recs
+	s.book.recs, s.book.verdict = recs, v
+	seen := s.book.errs
+	s.book.errs = make(map[string]bool, len(errs))
+	for _, err := range errs {
+		s.book.errs[err.Error()] = true
+	}
+	s.mu.Unlock()
+
+	for _, err := range errs {
+		if !seen[err.Error()] {
+			s.log.Warn("completion record skipped", "err", err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		r := recs[name]
+		if o, ok := old[name]; ok && o.Running == r.Running && o.ExitCode == r.ExitCode && o.Reason == r.Reason && o.Time.Equal(r.Time) {
+			continue
+		}
+		if r.Running {
+			s.log.Info("peer running", "peer", name, "seen_at", why)
+			continue
+		}
+		s.log.Info("peer completed", "peer", name, "exit_code", r.ExitCode, "reason", r.Reason, "seen_at", why)
+		s.m.completions.With(name, fmt.Sprint(r.ExitCode), string(r.Reason)).Inc()
+		if r.Failed() {
+			s.m.failures.With(name).Inc()
+			if s.cfg.Policy.Wait {
+				s.log.Warn("peer failed; keeping the proxy for its restart (--on-peer-failure=wait)", "peer", name, "exit_code", r.ExitCode)
+			}
+		}
+	}
+	return v
+}
+
+// settle acts on a settled verdict once: the code is fixed and the proxy
+// stopped, except for a native sidecar, whose end is the kubelet's SIGTERM.
+func (s *Supervisor) settle(v peers.Verdict) {
+	if !v.Settled {
+		return
+	}
+	s.mu.Lock()
+	if s.book.settled == nil {
+		s.book.settled = make(chan struct{})
+	}
+	select {
+	case <-s.book.settled:
+		s.mu.Unlock()
+		return
+	default:
+	}
+	close(s.book.settled)
+	s.book.settledAt = time.Now()
+	s.mu.Unlock()
+
+	why := "every peer succeeded"
+	if v.Failed != "" {
+		why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
+	}
+	if !v.Done {
+		s.log.Info("peers completed; a native sidecar waits for SIGTERM", "reason", why)
+		return
+	}
+	s.out.decide(v.Code, why)
+	s.requestStop(why)
+}
+
+// settledCh is closed once the records settle the job.
+func (s *Supervisor) settledCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.book.settled == nil {
+		s.book.settled = make(chan struct{})
+	}
+	return s.book.settled
+}
+
+// watchRecords reads the records on every tick and whenever a running peer's
+// lock is released: an exec killed with its app (memory.oom.group) writes
+// nothing, and the released lock is the only sign of it.
+func (s *Supervisor) watchRecords(ctx context.Context) error {
+	t := time.NewTicker(Rescan)
+	defer t.Stop()
+	watching := make(map[string]bool)
+	released := make(chan string)
+	for {
+		for _, name := range s.running() {
+			if watching[name] {
+				continue
+			}
+			watching[name] = true
+			go func() {
+				if err := s.records.WatchLost(ctx, name); err != nil && ctx.Err() == nil {
+					s.log.Warn("watching a running peer's lock", "peer", name, "err", err)
+				}
+				select {
+				case released <- name:
+				case <-ctx.Done():
+				}
+			}()
+		}
+		why := "rescan"
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-released:
+			delete(watching, name)
+			why = "lock released by " + name
+		case <-t.C:
+		}
+		s.settle(s.loadRecords(why))
+	}
+}
+
+func (s *Supervisor) running() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for name, r := range s.book.recs {
+		if r.Running {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// Complete is POST /v1/complete. The peer's own record is normally on disk
+// already (complete and exec write it before they poke); a completion that
+// arrives by POST alone is recorded here, so that it too survives a restart.
+func (s *Supervisor) Complete(peer string, code int, reason string) error {
+	if err := peers.ValidName(peer); err != nil {
+		return err
+	}
+	if err := s.cfg.Policy.Accepts(peer); err != nil {
+		return err
+	}
+	r := peers.Record{Name: peer, ExitCode: code, Reason: peers.Reason(reason), Time: time.Now()}
+	switch r.Reason {
+	case "":
+		r.Reason = peers.Exited
+	case peers.Exited, peers.Signaled, peers.NotReady:
+	default:
+		return fmt.Errorf("reason %q: want exited, signaled or not-ready", reason)
+	}
+	disk, _ := s.records.Load(s.cfg.AllowedUIDs)
+	if d, ok := disk[peer]; !ok || !d.Final() || d.ExitCode != code || d.Reason != r.Reason {
+		if err := s.posted().Write(r); err != nil {
+			return fmt.Errorf("record completion of %s: %w", peer, err)
+		}
+	}
+	s.settle(s.loadRecords("poke from " + peer))
+	return nil
+}
+
+// peerStatus is one peer in /v1/status.
+type peerStatus struct {
+	Running  bool      `json:"running"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+func (s *Supervisor) peerStatuses() (map[string]peerStatus, []string, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]peerStatus, len(s.book.recs))
+	for name, r := range s.book.recs {
+		ps := peerStatus{Running: r.Running, Time: r.Time}
+		if !r.Running {
+			code := r.ExitCode
+			ps.ExitCode, ps.Reason = &code, string(r.Reason)
+		}
+		out[name] = ps
+	}
+	return out, s.book.verdict.Pending, s.book.verdict.Awaiting
+}
+
+// describe is a short summary of the pending peers for log lines.
+func describe(pending []string, awaiting int) string {
+	if len(pending) == 0 {
+		return fmt.Sprintf("%d unnamed", awaiting)
+	}
+	return strings.Join(pending, ",")
+}

@@ -1,0 +1,96 @@
+package supervise
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// handled is the explicit list of signals the supervisor acts on. Anything
+// else keeps Go's default, which for SIGURG (the runtime's own preemption
+// signal, sent to ourselves many times a second) is to ignore it: scuttle
+// caught every signal and took SIGURG for a stop request. SIGCHLD is the
+// reaper's.
+var handled = []os.Signal{
+	syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGUSR2,
+}
+
+func (s *Supervisor) handleSignals(ctx context.Context) error {
+	// Buffered so that a storm does not stall the sender; repeats of one
+	// signal mean the same as one, so a drop costs nothing.
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, handled...)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case sig := <-ch:
+			s.onSignal(sig.(syscall.Signal))
+		}
+	}
+}
+
+func (s *Supervisor) onSignal(sig syscall.Signal) {
+	name := unix.SignalName(sig)
+	s.log.Info("signal received", "signal", name)
+	s.m.signals.With(name).Inc()
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT:
+		s.terminate(sig)
+	case syscall.SIGQUIT:
+		// The operator's emergency exit: no drain, no grace.
+		s.out.decide(128+int(sig), "SIGQUIT")
+		s.requestStopNow("SIGQUIT")
+	case syscall.SIGUSR1:
+		// Envoy reopens its access logs on SIGUSR1, but only once its
+		// handlers are installed; before that the signal kills it. Sent to
+		// the group, it reaches Envoy under pilot-agent too, which
+		// pilot-agent itself never forwards.
+		if st, _ := s.tracker.Status(); !st.Ready {
+			s.log.Warn("SIGUSR1 dropped: the proxy is not ready, and Envoy dies of it before its handlers are installed")
+			return
+		}
+		s.signalGroup(s.proxyPid(), sig)
+		s.log.Info("SIGUSR1 forwarded to the proxy's group")
+	default:
+		// SIGHUP kills pilot-agent and SIGUSR2 kills Envoy; forwarding
+		// either would turn a stray signal into an outage.
+		s.log.Info("signal not forwarded", "signal", name)
+	}
+}
+
+// terminate is SIGTERM's (or SIGINT's) way out: drain, then stop. The code is
+// 0 once the proxy has been ready, because that is pod deletion or the end of
+// a native sidecar. Before that it is 128+N: the kubelet sends SIGTERM after a
+// failed postStart `wait`, and under OnFailure a 0 would leave the pod without
+// a proxy.
+func (s *Supervisor) terminate(sig syscall.Signal) {
+	name := unix.SignalName(sig)
+	s.mu.Lock()
+	ready, again := s.everReady, s.terminating
+	s.terminating = true
+	s.mu.Unlock()
+	if again {
+		s.log.Info("already terminating", "signal", name)
+		return
+	}
+	code := 0
+	if !ready {
+		code = 128 + int(sig)
+	}
+	s.out.decide(code, name)
+	if !ready {
+		s.requestStop(name + " before the proxy was ever ready")
+		return
+	}
+	done := s.startDrain(name)
+	go func() {
+		<-done
+		s.requestStop(name)
+	}()
+}
