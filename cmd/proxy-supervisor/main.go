@@ -21,14 +21,37 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	tuneRuntime(os.Getenv)
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
+
+// tuneRuntime sizes the Go runtime for a process that idles beside a proxy.
+// One P is plenty for a supervisor (blocking syscalls release it) and saves
+// the per-P caches and threads. A soft memory limit makes the runtime collect
+// and return memory long before its default 4 MB minimum heap goal: while
+// the proxy starts, the 10 ms readiness poll makes steady garbage, and
+// without the limit the heap sits at that goal. GOMAXPROCS and GOMEMLIMIT
+// still override both.
+func tuneRuntime(env func(string) string) {
+	if env("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	if env("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+}
+
+// memoryLimit is soft: a burst (a thousand completions at once) may exceed
+// it, at the cost of more frequent collection, never of a failure.
+const memoryLimit = 4 << 20
 
 // command is one subcommand: it returns the process's exit code.
 type command struct {

@@ -91,7 +91,7 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 			IdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:    maxHeader,
 			ConnContext:       withPeer,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 	}, nil
 }

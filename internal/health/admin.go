@@ -17,7 +17,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -294,13 +293,4 @@ func parseListeners(body []byte) ([]uint16, error) {
 		}
 	}
 	return ports, nil
-}
-
-// Host is the admin API's address, for log lines.
-func (a *Admin) Host() string { return a.base.Host }
-
-// Addr is the admin API's address when its host is an IP literal.
-func (a *Admin) Addr() (netip.AddrPort, bool) {
-	ap, err := netip.ParseAddrPort(a.base.Host)
-	return ap, err == nil
 }

@@ -188,7 +188,7 @@ func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
 		if strings.HasPrefix(name, ".") {
 			continue
 		}
-		r, ok, err := d.load(name, allowedUIDs)
+		r, ok, err := d.Get(name, allowedUIDs)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
 			continue
@@ -200,9 +200,9 @@ func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
 	return recs, errs
 }
 
-// load reads one record, again while a Finish keeps replacing it. ok is
-// false when the file vanished, which is no record rather than an error.
-func (d Dir) load(name string, allowed []uint32) (r Record, ok bool, err error) {
+// Get reads one record, as Load does, again while a Finish keeps replacing
+// it. ok is false when there is no record, which is not an error.
+func (d Dir) Get(name string, allowed []uint32) (r Record, ok bool, err error) {
 	if err := ValidName(name); err != nil {
 		return Record{}, false, err
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
@@ -46,33 +45,51 @@ func (s *Supervisor) createPosted() error {
 }
 
 // loadRecords reads every record, merges the posted ones (each name's latest
-// counts) and applies the policy. It logs and counts what changed.
+// counts) and applies the policy. Reads are serialized, so that a slow read
+// never replaces the book with something older than a faster one stored.
 func (s *Supervisor) loadRecords(why string) peers.Verdict {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
 	recs, errs := s.records.Load(s.cfg.AllowedUIDs)
 	posted, perrs := s.posted().Load([]uint32{uint32(os.Geteuid())})
 	for name, r := range posted {
-		if old, ok := recs[name]; !ok || r.Time.After(old.Time) {
-			recs[name] = r
-		}
+		recs[name] = latest(recs[name], r)
 	}
-	errs = append(errs, perrs...)
-	v := s.cfg.Policy.Decide(recs)
+	s.logSkipped(append(errs, perrs...))
+	return s.store(recs, why)
+}
 
+func latest(a, b peers.Record) peers.Record {
+	if b.Time.After(a.Time) {
+		return b
+	}
+	return a
+}
+
+// logSkipped logs each unreadable record once, not on every rescan.
+func (s *Supervisor) logSkipped(errs []error) {
 	s.mu.Lock()
-	old := s.book.recs
-	s.book.recs, s.book.verdict = recs, v
 	seen := s.book.errs
 	s.book.errs = make(map[string]bool, len(errs))
 	for _, err := range errs {
 		s.book.errs[err.Error()] = true
 	}
 	s.mu.Unlock()
-
 	for _, err := range errs {
 		if !seen[err.Error()] {
 			s.log.Warn("completion record skipped", "err", err)
 		}
 	}
+}
+
+// store replaces the book with recs, and logs and counts what changed. The
+// caller holds recMu.
+func (s *Supervisor) store(recs map[string]peers.Record, why string) peers.Verdict {
+	v := s.cfg.Policy.Decide(recs)
+	s.mu.Lock()
+	old := s.book.recs
+	s.book.recs, s.book.verdict = recs, v
+	s.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		r := recs[name]
 		if o, ok := old[name]; ok && o.Running == r.Running && o.ExitCode == r.ExitCode && o.Reason == r.Reason && o.Time.Equal(r.Time) {
@@ -203,14 +220,46 @@ func (s *Supervisor) Complete(peer string, code int, reason string) error {
 	default:
 		return fmt.Errorf("reason %q: want exited, signaled or not-ready", reason)
 	}
-	disk, _ := s.records.Load(s.cfg.AllowedUIDs)
-	if d, ok := disk[peer]; !ok || !d.Final() || d.ExitCode != code || d.Reason != r.Reason {
-		if err := s.posted().Write(r); err != nil {
-			return fmt.Errorf("record completion of %s: %w", peer, err)
-		}
+	v := s.record(r)
+	if v.Settled {
+		// The fast path read only this peer's record; before the job is
+		// declared over, read them all. Another peer's exec may have marked
+		// a new run since the last full read, and a record from its earlier
+		// run must not end it.
+		v = s.loadRecords("poke from " + r.Name)
 	}
-	s.settle(s.loadRecords("poke from " + peer))
+	s.settle(v)
 	return nil
+}
+
+// record applies one reported completion. Only the peer's own record is read
+// (a poke must not cost a read of every record, or a thousand peers
+// reporting at once cost a million reads); it normally says the same, having
+// been written before the poke. Otherwise the report came by POST alone and
+// is kept in posted/.
+func (s *Supervisor) record(r peers.Record) peers.Verdict {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	d, ok, err := s.records.Get(r.Name, s.cfg.AllowedUIDs)
+	if err != nil {
+		s.log.Warn("completion record skipped", "err", err)
+	}
+	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
+		if err := s.posted().Write(r); err != nil {
+			// The report still counts for this run; it just would not
+			// survive a restart.
+			s.log.Warn("could not keep a posted completion on disk", "peer", r.Name, "err", err)
+		}
+		d = r
+	}
+	s.mu.Lock()
+	recs := maps.Clone(s.book.recs)
+	s.mu.Unlock()
+	if recs == nil {
+		recs = make(map[string]peers.Record)
+	}
+	recs[r.Name] = latest(recs[r.Name], d)
+	return s.store(recs, "poke from "+r.Name)
 }
 
 // peerStatus is one peer in /v1/status.
@@ -234,12 +283,4 @@ func (s *Supervisor) peerStatuses() (map[string]peerStatus, []string, int) {
 		out[name] = ps
 	}
 	return out, s.book.verdict.Pending, s.book.verdict.Awaiting
-}
-
-// describe is a short summary of the pending peers for log lines.
-func describe(pending []string, awaiting int) string {
-	if len(pending) == 0 {
-		return fmt.Sprintf("%d unnamed", awaiting)
-	}
-	return strings.Join(pending, ",")
 }

@@ -19,17 +19,32 @@ var handled = []os.Signal{
 	syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGUSR2,
 }
 
-func (s *Supervisor) handleSignals(ctx context.Context) error {
-	// Buffered so that a storm does not stall the sender; repeats of one
-	// signal mean the same as one, so a drop costs nothing.
+// ignorePipe keeps a closed log pipe from killing the supervisor: Go exits on
+// SIGPIPE from a write to fd 1 or 2 unless the signal is notified, and then
+// the write only fails. Notify, not Ignore: an ignored disposition would be
+// inherited by the proxy across exec.
+func ignorePipe() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+}
+
+// notifySignals subscribes before the proxy starts: a signal that arrived
+// between the fork and a later subscription would get Go's default action,
+// which for SIGTERM is to exit at once and leave the proxy unsupervised.
+// Buffered so that a storm does not stall the sender; repeats of one signal
+// mean the same as one, so a drop costs nothing.
+func notifySignals() chan os.Signal {
 	ch := make(chan os.Signal, 16)
 	signal.Notify(ch, handled...)
-	defer signal.Stop(ch)
+	return ch
+}
+
+func (s *Supervisor) handleSignals(ctx context.Context) error {
+	defer signal.Stop(s.sigs)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case sig := <-ch:
+		case sig := <-s.sigs:
 			s.onSignal(sig.(syscall.Signal))
 		}
 	}

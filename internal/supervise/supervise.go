@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/oklog/run"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
@@ -66,9 +67,12 @@ type Supervisor struct {
 	records peers.Dir
 	scanner *portwatch.Scanner
 	m       *meters
+	sigs    chan os.Signal
 	start   time.Time
 
 	out outcome
+
+	recMu sync.Mutex // serializes reading the records into the book
 
 	mu          sync.Mutex
 	pid         int
@@ -94,6 +98,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	ignorePipe()
 	s := &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Log,
@@ -103,6 +108,7 @@ func New(cfg Config) (*Supervisor, error) {
 		scanner: portwatch.NewScanner(cfg.Log),
 		start:   time.Now(),
 		exited:  make(chan struct{}),
+		sigs:    notifySignals(),
 	}
 	s.m = newMeters(s)
 	return s, nil
@@ -153,23 +159,40 @@ func (s *Supervisor) Run() (int, error) {
 		return err.(*StartError).Code, err
 	}
 
+	// oklog/run returns only the first actor's error; the others, from actors
+	// stopping concurrently, are collected too, so that none is lost.
+	var (
+		errMu sync.Mutex
+		errs  *multierror.Error
+	)
 	var g run.Group
+	add := func(name string, execute func() error, interrupt func(error)) {
+		g.Add(func() error {
+			err := execute()
+			if err != nil {
+				errMu.Lock()
+				errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
+				errMu.Unlock()
+			}
+			return err
+		}, interrupt)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g.Add(func() error { return s.reaper.Run(ctx) }, func(error) { cancel() })
-	g.Add(func() error { return s.waitProxy(exit) }, func(error) { s.requestStop("shutting down") })
-	g.Add(func() error { return s.handleSignals(ctx) }, func(error) { cancel() })
-	g.Add(func() error { return s.tracker.Run(ctx) }, func(error) { cancel() })
-	g.Add(func() error { return s.watchReadiness(ctx) }, func(error) { cancel() })
-	g.Add(func() error { return s.watchRecords(ctx) }, func(error) { cancel() })
-	g.Add(sock.Serve, func(error) { sock.Close() })
+	add("reaper", func() error { return s.reaper.Run(ctx) }, func(error) { cancel() })
+	add("proxy", func() error { return s.waitProxy(exit) }, func(error) { s.requestStop("shutting down") })
+	add("signals", func() error { return s.handleSignals(ctx) }, func(error) { cancel() })
+	add("tracker", func() error { return s.tracker.Run(ctx) }, func(error) { cancel() })
+	add("readiness", func() error { return s.watchReadiness(ctx) }, func(error) { cancel() })
+	add("records", func() error { return s.watchRecords(ctx) }, func(error) { cancel() })
+	add("control socket", sock.Serve, func(error) { sock.Close() })
 	if hs != nil {
-		g.Add(hs.Serve, func(error) { hs.Close() })
+		add("health server", hs.Serve, func(error) { hs.Close() })
 	}
-	err = g.Run()
+	g.Run()
 
 	code, _ := s.out.get()
-	return code, err
+	return code, errs.ErrorOrNil()
 }
 
 // startProxy starts the proxy in its own process group, so that a stop reaches
@@ -179,7 +202,9 @@ func (s *Supervisor) startProxy() (<-chan reaper.Exit, error) {
 	// Plain files, never pipes: a pipe would need a copying goroutine that
 	// cmd.Wait ends, and nobody may call Wait here but the reaper.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if the supervisor itself dies (an OOM kill, a SIGKILL from
+	// outside while not PID 1), the proxy must not live on unsupervised.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	exit, err := s.reaper.Start(cmd)
 	if err != nil {
 		return nil, startError(s.cfg.Command[0], err)
@@ -372,11 +397,16 @@ func (s *Supervisor) watchReadiness(ctx context.Context) error {
 			} else {
 				s.m.ready.Set(0)
 				s.mu.Lock()
-				if !s.stopping && s.envoyDied.IsZero() && st.Down {
+				stopping := s.stopping
+				if !stopping && s.envoyDied.IsZero() && st.Down {
 					s.envoyDied = time.Now()
 				}
 				s.mu.Unlock()
-				s.log.Warn("proxy not ready", "reason", st.Reason)
+				if stopping {
+					s.log.Info("proxy no longer ready", "reason", st.Reason)
+				} else {
+					s.log.Warn("proxy not ready", "reason", st.Reason)
+				}
 			}
 			was = st.Ready
 		}
