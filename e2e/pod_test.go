@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -351,4 +352,20 @@ func writeFile(path, content string, mode os.FileMode) error {
 		return err
 	}
 	return os.Chmod(path, mode)
+}
+
+// fixture sends one command to the fake Envoy's --control socket.
+func fixture(t *testing.T, sock, cmd string) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("fake envoy control: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintln(c, cmd)
+	b, _ := bufio.NewReader(c).ReadString('\n') // the fixture keeps the connection for more commands
+	if !strings.HasPrefix(b, "ok") {
+		t.Fatalf("fake envoy control %q: %q", cmd, b)
+	}
 }

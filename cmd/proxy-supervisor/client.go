@@ -33,7 +33,10 @@ func waitReady(dir string, timeout time.Duration) (bool, string) {
 		if left <= 0 {
 			return false, why
 		}
-		ready, reason, err := c.Ready(ctx, min(left, control.MaxWait))
+		// Ask the server to answer a little before our own deadline, so
+		// that a proxy that is not ready comes back with its reason rather
+		// than as a cancelled request.
+		ready, reason, err := c.Ready(ctx, min(left-left/10, control.MaxWait))
 		switch {
 		case ready:
 			return true, ""

@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// wait returns as soon as the proxy is ready, even when it starts before the
+// supervisor has created its socket.
+func TestWaitReturnsWhenReady(t *testing.T) {
+	p := newPod(t)
+	w := p.start("wait", false, nil, bin.supervisor, "wait", "--control-dir", p.dir, "--timeout", "30s")
+	time.Sleep(300 * time.Millisecond) // no socket yet: wait must retry, not fail
+	sup := p.supervise(nil, "--init-delay", "1s")
+	sup.waitLog("proxy ready", soon)
+	ready := time.Now()
+	if code := w.exit(soon); code != 0 {
+		t.Fatalf("wait exit %d:\n%s", code, w.out.String())
+	}
+	if d := time.Since(ready); d > 2*time.Second {
+		t.Fatalf("wait returned %v after readiness", d)
+	}
+}
+
+// A wait that gives up fails, with a one-line reason; it never proceeds.
+func TestWaitFailsAtTimeout(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--stay-initializing")
+	sup.waitLog("proxy started", soon)
+	start := time.Now()
+	code, out := p.client(soon, nil, "wait", "--control-dir", p.dir, "--timeout", "1s")
+	if code == 0 {
+		t.Fatal("wait succeeded without a ready proxy")
+	}
+	if d := time.Since(start); d < time.Second || d > 5*time.Second {
+		t.Fatalf("wait gave up after %v with --timeout 1s", d)
+	}
+	if !strings.Contains(out, "INITIALIZING") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("want one line naming Envoy's state, got %q", out)
+	}
+}
+
+// --url polls a readiness URL: the fallback for a proxy that is not ours.
+func TestWaitURL(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "500ms")
+	code, out := p.client(soon, nil, "wait", "--url", "http://127.0.0.1:15022/healthz/ready", "--timeout", "10s")
+	if code != 0 {
+		t.Fatalf("wait --url exit %d: %s", code, out)
+	}
+	sup.signal(syscall.SIGTERM)
+	sup.exit(soon)
+	code, out = p.client(soon, nil, "wait", "--url", "http://127.0.0.1:15022/healthz/ready", "--timeout", "500ms")
+	if code == 0 || !strings.Contains(out, "connection refused") {
+		t.Fatalf("wait --url with nothing listening: exit %d, %q", code, out)
+	}
+}
+
+// A dead Envoy is not ready: readiness goes 503 -> 200 -> 503.
+func TestReadinessFollowsEnvoy(t *testing.T) {
+	p := newPod(t)
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise([]string{"--log-format", "json", "--drain-min", "0s"}, "--init-delay", "500ms", "--control", ctl)
+	sup.waitLog("proxy started", soon)
+	p.waitHTTP(readyURL, 503, soon) // up, and not ready before Envoy is LIVE
+	p.waitHTTP(readyURL, 200, soon)
+	fixture(t, ctl, "silent on")
+	body := p.waitHTTP(readyURL, 503, soon)
+	if !strings.Contains(body, "does not answer") {
+		t.Fatalf("503 without the reason: %q", body)
+	}
+	fixture(t, ctl, "silent off")
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	sup.exit(soon)
+	for _, line := range strings.Split(strings.TrimSpace(sup.out.String()), "\n") {
+		if strings.HasPrefix(line, "{") {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatalf("--log-format json wrote a line that is not JSON: %q", line)
+			}
+		}
+	}
+	if !strings.Contains(sup.out.String(), `"msg":"proxy ready"`) {
+		t.Fatal("no JSON lifecycle line")
+	}
+}
