@@ -39,8 +39,9 @@ func TestJobSucceeds(t *testing.T) {
 	}
 	// The app must not have run before the proxy was ready.
 	out := sup.out.String()
-	if strings.Index(out, "proxy ready") > strings.Index(out, "peer completed") {
-		t.Fatal("completion seen before readiness: exec did not wait")
+	ready, done := strings.Index(out, "proxy ready"), strings.Index(out, "peer completed")
+	if ready < 0 || done < 0 || ready > done {
+		t.Fatal("no readiness before the completion: exec did not wait")
 	}
 }
 
@@ -119,6 +120,61 @@ func TestCompletionBeforeSupervisor(t *testing.T) {
 	}
 	if strings.Contains(sup.out.String(), "proxy started") {
 		t.Fatal("the proxy was started although the records settled the job")
+	}
+}
+
+// The app finished before the proxy container ever started in this pod:
+// complete waits for the supervisor to create peers/, and the job ends.
+func TestCompletionBeforeFirstStart(t *testing.T) {
+	p := newPod(t)
+	c := p.start("complete", false, nil, bin.supervisor, "complete", "--control-dir", p.dir, "--exit-code", "6")
+	time.Sleep(300 * time.Millisecond)
+	sup := p.supervise(nil, "--init-delay", "5s")
+	if code := c.exit(soon); code != 0 {
+		t.Fatalf("complete exit %d:\n%s", code, c.out.String())
+	}
+	if code := sup.exit(soon); code != 6 {
+		t.Fatalf("supervisor exit %d, want the recorded 6", code)
+	}
+}
+
+// SIGTERM to exec while it waits for the proxy ends the run with a record
+// (signaled), not with a lock released by death (lost).
+func TestExecSignaledWhileWaiting(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise(nil, "--stay-initializing")
+	app := p.app("app", nil, "echo must-not-run")
+	waitRecord(t, p.dir, "app", `"running":true`)
+	app.signal(syscall.SIGTERM)
+	if code := app.exit(soon); code != 143 {
+		t.Fatalf("exec exit %d, want 143", code)
+	}
+	if strings.Contains(app.out.String(), "must-not-run") {
+		t.Fatal("exec ran the app")
+	}
+	waitRecord(t, p.dir, "app", `"reason":"signaled"`)
+	if code := sup.exit(soon); code != 143 {
+		t.Fatalf("supervisor exit %d, want 143 (signal before ready)", code)
+	}
+}
+
+// On pod deletion the preStop hook comes first, and the app's own SIGTERM
+// and the failure it reports must not decide how the proxy exits.
+func TestPodDeletionOfAJob(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s"})
+	p.waitHTTP(readyURL, 200, soon)
+	app := p.app("app", nil, "sleep 100")
+	waitRecord(t, p.dir, "app", `"running":true`)
+	hook := p.prestop()
+	sup.waitLog(`msg="drain started"`, soon)
+	app.signal(syscall.SIGTERM) // the kubelet, in parallel
+	if code := app.exit(soon); code != 143 {
+		t.Fatalf("app exit %d, want 143", code)
+	}
+	hook.exit(soon)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want 0 for a deleted pod", code)
 	}
 }
 

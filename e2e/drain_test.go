@@ -134,6 +134,25 @@ func TestForeignPortsDoNotHoldDrain(t *testing.T) {
 	sup.exit(soon)
 }
 
+// Without an allowlist, Istio's ports, the health port and Envoy's own
+// listeners are still not the app's.
+func TestProxyPortsDoNotHoldDrain(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s"}, "--listener", "outbound=127.0.0.1:9001,tcp")
+	p.waitHTTP(readyURL, 200, soon)
+	p.listen("tcp", "127.0.0.1:15090")
+	p.listen("tcp", "[::1]:15020")
+	start := time.Now()
+	if code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir); code != 0 {
+		t.Fatalf("prestop exit %d: %s", code, out)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("prestop took %v; nothing of the app's was open", d)
+	}
+	sup.signal(syscall.SIGTERM)
+	sup.exit(soon)
+}
+
 // SIGTERM alone (no preStop hook) drains too, then stops.
 func TestSigtermDrainsFirst(t *testing.T) {
 	p := newPod(t)

@@ -23,8 +23,8 @@ const retryEvery = 10 * time.Millisecond
 // waitReady waits until the supervisor in dir says the proxy is ready, or
 // until timeout. It returns the supervisor's last reason when it gives up.
 // A wait that gives up fails; it never proceeds without the proxy.
-func waitReady(dir string, timeout time.Duration) (bool, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func waitReady(ctx context.Context, dir string, timeout time.Duration) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := control.NewClient(dir)
 	why := "no supervisor listening on " + c.Path()
@@ -103,7 +103,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
 		return 2
 	}
-	if *url != "" && f.given("control-dir", env) {
+	if *url != "" && f.explicit("control-dir") {
 		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
 		return 2
 	}
@@ -112,7 +112,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if *url != "" {
 		ok, why = waitURL(*url, *timeout)
 	} else {
-		ok, why = waitReady(*dir, *timeout)
+		ok, why = waitReady(context.Background(), *dir, *timeout)
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: proxy not ready after %v: %s\n", *timeout, why)

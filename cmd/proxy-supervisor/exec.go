@@ -53,19 +53,52 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	}
 	deadline := time.Now().Add(*timeout)
 
+	// Signals are ours from the start: a SIGTERM while we wait for the
+	// proxy must end this run with a record, not kill exec with its lock
+	// held (which would read as lost).
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped, watched := make(chan os.Signal, 1), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-sigs:
+			stopped <- sig
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
 	// The supervisor creates peers/; an app that starts first waits for it
 	// as part of waiting for the proxy.
-	rec, err := beginWhenReady(peers.Open(*dir), *name, deadline)
+	rec, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
 	if err != nil {
 		return fail(peers.NotReadyCode, "%v", err)
 	}
-	if ok, why := waitReady(*dir, time.Until(deadline)); !ok {
+	ok, why := waitReady(ctx, *dir, time.Until(deadline))
+	cancel()
+	<-watched
+	var stop os.Signal
+	select {
+	case stop = <-stopped:
+	default:
+	}
+	if stop != nil {
+		code := 128 + int(stop.(syscall.Signal))
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", stop, cmdline[0])
+		finish(rec, *dir, code, peers.Signaled, stderr)
+		return code
+	}
+	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", *timeout, why, cmdline[0])
 		finish(rec, *dir, peers.NotReadyCode, peers.NotReady, stderr)
 		return peers.NotReadyCode
 	}
 
-	code, reason, err := runChild(cmdline)
+	code, reason, err := runChild(cmdline, sigs)
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
 	}
@@ -75,14 +108,32 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 
 // beginWhenReady marks the record running, retrying while the records
 // directory does not exist yet.
-func beginWhenReady(d peers.Dir, name string, deadline time.Time) (*peers.Run, error) {
+func beginWhenReady(ctx context.Context, d peers.Dir, name string, deadline time.Time) (*peers.Run, error) {
 	for {
 		run, err := d.Begin(name)
 		if err == nil {
 			return run, nil
 		}
-		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("mark %s running: %w", name, err)
+		}
+		time.Sleep(retryEvery)
+	}
+}
+
+// writeWhenReady writes a final record, waiting while the records directory
+// does not exist yet: an app can finish before the proxy container has ever
+// started, and only the supervisor may create the directory (it must own it).
+func writeWhenReady(d peers.Dir, rec peers.Record, deadline time.Time, stderr io.Writer) error {
+	said := false
+	for {
+		err := d.Write(rec)
+		if err == nil || !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+			return err
+		}
+		if !said {
+			fmt.Fprintf(stderr, "proxy-supervisor: complete: waiting for the supervisor to create %s\n", d.Path())
+			said = true
 		}
 		time.Sleep(retryEvery)
 	}
@@ -90,26 +141,19 @@ func beginWhenReady(d peers.Dir, name string, deadline time.Time) (*peers.Run, e
 
 // runChild runs COMMAND and returns its code the way a shell would: its exit
 // code, 128+N for signal N, 127 or 126 when it cannot be started.
-func runChild(argv []string) (int, peers.Reason, error) {
+func runChild(argv []string, sigs <-chan os.Signal) (int, peers.Reason, error) {
 	r, err := reaper.New()
 	if err != nil {
 		return 1, peers.Exited, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	exited, err := r.Start(cmd)
 	if err != nil {
-		code := 126
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = 127
-		}
-		return code, peers.Exited, fmt.Errorf("start %s: %w", argv[0], err)
+		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	pid := cmd.Process.Pid
 	cmd.Process.Release()
@@ -166,6 +210,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		"Records this peer's completion durably, then tells the supervisor. It succeeds even when no supervisor is listening: the supervisor reads the record when it starts.")
 	name, dir := peerFlags(f)
 	code := f.fs.Int("exit-code", 0, "the peer's exit code, 0 to 255")
+	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the supervisor to create peers/ when it has never run in this pod yet")
 	if _, c, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return c
 	}
@@ -178,7 +223,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		return 2
 	}
 	rec := peers.Record{Name: *name, ExitCode: *code, Reason: peers.Exited, Time: time.Now()}
-	if err := peers.Open(*dir).Write(rec); err != nil {
+	if err := writeWhenReady(peers.Open(*dir), rec, time.Now().Add(*timeout), stderr); err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: complete: %v\n", err)
 		return 1
 	}

@@ -72,9 +72,14 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 // given reports whether a flag was set on the command line or through its
 // variable.
 func (f *flags) given(name string, getenv func(string) string) bool {
+	return f.explicit(name) || getenv(envName(name)) != ""
+}
+
+// explicit reports whether a flag was given on the command line.
+func (f *flags) explicit(name string) bool {
 	set := false
 	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
-	return set || getenv(envName(name)) != ""
+	return set
 }
 
 // usage writes the help text.

@@ -29,7 +29,7 @@ type istioSettings struct {
 // A knob that is not set maps nothing. PROXY_SUPERVISOR_DRAIN_MIN and
 // --drain-min win over both.
 func istioDrain(env func(string) string) (istioSettings, error) {
-	if env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS") == "true" {
+	if exitOnZero, _ := strconv.ParseBool(env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS")); exitOnZero {
 		raw := env("MINIMUM_DRAIN_DURATION")
 		if raw == "" {
 			return istioSettings{}, nil

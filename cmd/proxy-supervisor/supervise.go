@@ -74,6 +74,11 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	// Istio's knobs apply only where ours were not given (DESIGN.md's mapping).
 	if istio.min > 0 && !f.given("drain-min", env) {
 		*drainMin = istio.min
+		// A floor above the default ceiling would be cut short; Istio's
+		// user asked for at least that long.
+		if *drainMin > *drainTimeout && !f.given("drain-timeout", env) {
+			*drainTimeout = *drainMin
+		}
 	}
 	for _, d := range []struct {
 		name string
@@ -93,7 +98,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	}
 	log := slog.New(h)
 	if istio.min > 0 {
-		log.Info("Istio drain settings mapped", "from", istio.source, "drain_min", *drainMin)
+		log.Info("Istio drain settings mapped", "from", istio.source, "drain_min", *drainMin, "drain_timeout", *drainTimeout)
 	}
 	if *drainMin > *drainTimeout {
 		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", *drainMin, "drain_timeout", *drainTimeout)
@@ -126,7 +131,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		DrainTimeout:         *drainTimeout,
 		DrainInboundOnly:     *inbound,
 		DrainHealthcheckFail: *hcFail,
-		Owner:                portwatch.Owner{ProxyPorts: ports, ProxyUID: int(proxyUID), AppPorts: appPorts},
+		Owner:                portwatch.Owner{ProxyPorts: ports, AdminPort: admin.Port(), ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		Log:                  log,
 	})

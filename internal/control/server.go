@@ -33,10 +33,11 @@ const SocketName = "control.sock"
 // Bounds on requests. Long polls are capped at MaxWait; clients that want to
 // wait longer ask again.
 const (
-	MaxWait       = 5 * time.Minute
-	headerTimeout = 5 * time.Second
-	maxHeader     = 8 << 10
-	maxBody       = 4 << 10
+	MaxWait     = 5 * time.Minute
+	readTimeout = 5 * time.Second // the whole request: there is no body to wait for
+	maxHeader   = 8 << 10
+	// writeSlack is what an answer may take beyond its long poll.
+	writeSlack = 10 * time.Second
 )
 
 // Backend is what the socket serves. The supervisor implements it.
@@ -84,10 +85,14 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 	h := &handler{b: b, allowed: allowed, log: log}
 	return &Server{
 		path: path,
-		ln:   ln,
+		// No cap on connections, unlike the health port: only the pod can
+		// reach this socket, every request is bounded in time, and a cap
+		// would hide the peer's credentials behind its wrapper.
+		ln: ln,
 		srv: &http.Server{
 			Handler:           h.routes(),
-			ReadHeaderTimeout: headerTimeout,
+			ReadHeaderTimeout: readTimeout,
+			ReadTimeout:       readTimeout,
 			IdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:    maxHeader,
 			ConnContext:       withPeer,
@@ -191,7 +196,13 @@ func (h *handler) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		// Everything is in the query. A body would only be something for a
+		// slow client to trickle, so none is accepted.
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+			fail(w, http.StatusBadRequest, "requests take no body; parameters go in the query")
+			return
+		}
 		m, ok := methods[r.URL.Path]
 		if !ok {
 			fail(w, http.StatusNotFound, "no such endpoint: %s", r.URL.Path)
@@ -213,6 +224,14 @@ func (h *handler) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
+		// No server-wide write timeout fits long polls, so each answer
+		// gets its own: its wait (capped) plus slack. A drain without a
+		// wait is bounded by the supervisor's --drain-timeout.
+		wait := MaxWait
+		if d, err := waitParam(r); err == nil && d > 0 {
+			wait = d
+		}
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + writeSlack))
 		next.ServeHTTP(w, r)
 	})
 }

@@ -183,7 +183,8 @@ func TestCompleteValidation(t *testing.T) {
 		{"GET /v1/ready?wait=forever HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `want a duration`},
 		{"GET /quitquitquit HTTP/1.1\r\nHost: x\r\n\r\n", "404 Not Found", `no such endpoint`},
 		{"GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n", "200 OK", `"state":"ready"`},
-		{"POST /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000), "202 Accepted", ``},
+		{"POST /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 100000), "400 Bad Request", `take no body`},
+		{"POST /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n", "400 Bad Request", `take no body`},
 	}
 	for _, tt := range tests {
 		status, body := raw(t, s, tt.req)
@@ -193,7 +194,7 @@ func TestCompleteValidation(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.complete) != 3 || b.complete[1] != "job=3/signaled" {
+	if len(b.complete) != 2 || b.complete[1] != "job=3/signaled" {
 		t.Fatalf("recorded %v", b.complete)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,9 +101,14 @@ func (a *Admin) do(ctx context.Context, method, path string, query url.Values) (
 		return 0, nil, fmt.Errorf("admin %s: %w", path, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return 0, nil, fmt.Errorf("admin %s: read answer: %w", path, err)
+	}
+	if len(body) > maxBody {
+		// A cut-off /stats would read as missing lines, that is as zero
+		// connections; better no answer than a wrong one.
+		return 0, nil, fmt.Errorf("admin %s: answer larger than %d bytes", path, maxBody)
 	}
 	return resp.StatusCode, body, nil
 }
@@ -220,7 +226,7 @@ func sumActive(stats map[string]uint64, exclude []uint16) int {
 		if !ok || rest == "admin" || strings.HasPrefix(rest, "admin.") || strings.Contains(rest, ".worker_") || strings.HasPrefix(rest, "envoy_internal_") {
 			continue
 		}
-		if p, ok := statPort(rest); ok && contains(exclude, p) {
+		if p, ok := statPort(rest); ok && slices.Contains(exclude, p) {
 			continue
 		}
 		total += int(v)
@@ -237,15 +243,6 @@ func statPort(prefix string) (uint16, bool) {
 	}
 	p, err := strconv.ParseUint(prefix[i+1:], 10, 16)
 	return uint16(p), err == nil
-}
-
-func contains(ports []uint16, p uint16) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // ListenerPorts returns the ports of the listeners Envoy reports in
@@ -282,7 +279,7 @@ func parseListeners(body []byte) ([]uint16, error) {
 	}
 	var ports []uint16
 	add := func(a address) {
-		if p := a.SocketAddress.PortValue; p != 0 && !contains(ports, p) {
+		if p := a.SocketAddress.PortValue; p != 0 && !slices.Contains(ports, p) {
 			ports = append(ports, p)
 		}
 	}

@@ -195,7 +195,8 @@ func TestActiveConnectionsFromRealConnections(t *testing.T) {
 }
 
 func TestAdminTimesOutOnSilence(t *testing.T) {
-	_, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
+	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
+	<-e.Bound() // accepting, and never answering
 	a.Timeout = 200 * time.Millisecond
 	start := time.Now()
 	_, _, err := a.ServerState(context.Background())
@@ -291,4 +292,38 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("probe: %d", resp.StatusCode)
 	}
+}
+
+// Keep-alive clients that park on every slot are dropped after the idle
+// timeout, so a probe gets through within the kubelet's 3 s.
+func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	addr := s.Addr().String()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < maxConns+50; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /healthz/live HTTP/1.1\r\nHost: x\r\n\r\n") // then park
+		conns = append(conns, c)
+	}
+	time.Sleep(200 * time.Millisecond)
+	client := &http.Client{Timeout: 3 * time.Second} // the kubelet's probe timeout
+	start := time.Now()
+	resp, err := client.Get("http://" + addr + "/healthz/ready")
+	if err != nil {
+		t.Fatalf("probe during the flood: %v after %v", err, time.Since(start))
+	}
+	resp.Body.Close()
 }

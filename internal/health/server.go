@@ -5,18 +5,22 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
 )
 
 // Bounds on the health server. Probes are tiny and the kubelet's timeout is
 // seconds, so anything slower than this is not a probe; it is closed rather
-// than allowed to hold a goroutine and a file descriptor.
+// than allowed to hold a goroutine and a file descriptor. The kubelet opens a
+// connection per probe, so an idle connection is kept only briefly: long
+// enough for a scraper's next request, too short for a few clients to park
+// on every slot and starve the probes.
 const (
 	headerTimeout = 2 * time.Second
-	idleTimeout   = 30 * time.Second
+	idleTimeout   = time.Second
 	maxHeader     = 8 << 10
 	maxConns      = 128
 )
@@ -68,7 +72,7 @@ func Listen(addr string, ready ReadyFunc, reg *metrics.Registry) (*Server, error
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeader,
 		},
-		ln: &limitListener{Listener: ln, sem: make(chan struct{}, maxConns), closed: make(chan struct{})},
+		ln: netutil.LimitListener(ln, maxConns),
 	}, nil
 }
 
@@ -85,44 +89,3 @@ func (s *Server) Serve() error {
 
 // Close stops the server and its connections.
 func (s *Server) Close() error { return s.srv.Close() }
-
-// limitListener holds at most cap(sem) connections open at once; further
-// connections wait in the kernel's backlog. Together with the timeouts it
-// bounds the goroutines and descriptors that slow clients can pin.
-type limitListener struct {
-	net.Listener
-	sem    chan struct{}
-	closed chan struct{}
-	once   sync.Once
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}

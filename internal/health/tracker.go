@@ -33,6 +33,7 @@ type Tracker struct {
 	status  Status
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
+	ever    bool          // it has been ready once
 }
 
 // NewTracker returns a tracker of the proxy behind admin. With strict, LIVE is
@@ -54,6 +55,15 @@ func (t *Tracker) Status() (Status, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.status, t.changed
+}
+
+// EverReady reports whether the proxy has been ready at least once. It is
+// set together with the first ready status, so nobody sees one without the
+// other.
+func (t *Tracker) EverReady() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ever
 }
 
 // WaitReady blocks until the proxy is ready or ctx ends.
@@ -89,6 +99,7 @@ func (t *Tracker) set(s Status) {
 	if s == t.status {
 		return
 	}
+	t.ever = t.ever || s.Ready
 	t.status = s
 	close(t.changed)
 	t.changed = make(chan struct{})

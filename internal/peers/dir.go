@@ -24,6 +24,8 @@ const (
 	// controlMode lets peers of any uid reach control.sock and peers/ in a
 	// control dir that we had to create ourselves.
 	controlMode = 0o755
+	// privateMode is for what only the supervisor writes.
+	privateMode = 0o755
 	// tempPrefix makes temp files dotfiles, which Load skips. A valid name
 	// never starts with a dot, so a temp file never collides with a record.
 	tempPrefix = ".tmp-"
@@ -64,7 +66,22 @@ func (d Dir) Create() error {
 	} else if err != nil {
 		return fmt.Errorf("create control dir: %w", err)
 	}
-	if err := unix.Mkdir(d.path, dirMode); err != nil && !errors.Is(err, unix.EEXIST) {
+	return d.create(dirMode)
+}
+
+// Posted is the directory where the supervisor keeps completions that came
+// by POST alone. It is apart from the peers' records because peers/ is
+// sticky: a record the supervisor wrote there could never be replaced by
+// the peer's next run. Load of the peers' directory skips it (a dotfile).
+func (d Dir) Posted() Dir { return Dir{path: filepath.Join(d.path, ".posted")} }
+
+// CreatePrivate makes the directory writable by its owner alone, with the
+// same checks as Create: a peer that planted a symlink or a directory of its
+// own there is refused, never followed.
+func (d Dir) CreatePrivate() error { return d.create(privateMode) }
+
+func (d Dir) create(mode uint32) error {
+	if err := unix.Mkdir(d.path, mode); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("create %s: %w", d.path, err)
 	}
 	// Fix the mode through a descriptor opened without following a
@@ -82,9 +99,9 @@ func (d Dir) Create() error {
 		return fmt.Errorf("create %s: %w", d.path, err)
 	}
 	if uid := uint32(os.Geteuid()); st.Uid != uid {
-		return fmt.Errorf("create %s: owned by uid %d, not by us (uid %d); its owner could remove any peer's record", d.path, st.Uid, uid)
+		return fmt.Errorf("create %s: owned by uid %d, not by us (uid %d); its owner could remove any record", d.path, st.Uid, uid)
 	}
-	if err := unix.Fchmod(fd, dirMode); err != nil {
+	if err := unix.Fchmod(fd, mode); err != nil {
 		return fmt.Errorf("create %s: %w", d.path, err)
 	}
 	return nil
@@ -279,7 +296,10 @@ func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err err
 	if err != nil || !same {
 		return Record{}, false, err
 	}
-	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: time.Now().UTC(), UID: st.Uid}, true, nil
+	// The loss is dated from the run's start: when the peer died is unknown,
+	// and a date that moved with every read would make each rescan look
+	// like a new loss, and sort it after completions that came later.
+	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: r.Time, UID: st.Uid}, true, nil
 }
 
 // names reports whether path still names the inode st describes.

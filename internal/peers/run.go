@@ -88,7 +88,7 @@ func (r *Run) Finish(code int, reason Reason) error {
 }
 
 // Abort releases the lock without a final record, so the record reads as
-// Lost. exec uses it when it cannot run COMMAND at all.
+// Lost, exactly as if the process holding it had been killed.
 func (r *Run) Abort() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -59,6 +59,15 @@ func (e Exit) String() string {
 	return fmt.Sprintf("exited with code %d", e.Code())
 }
 
+// StartCode is the exit code a shell gives a command that could not be
+// started: 127 when it does not exist, 126 when it cannot be executed.
+func StartCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
+
 // Reaper dispatches child exits. The zero value is not usable; call New.
 type Reaper struct {
 	mu      sync.Mutex

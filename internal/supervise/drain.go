@@ -11,11 +11,12 @@ import (
 )
 
 // Drain pacing. The port scan is a netlink dump of listeners only (tens of
-// microseconds), so it runs often; Envoy's stats are asked for on the same
-// beat only once the app's ports are closed, since until then the answer
-// cannot end the drain.
+// microseconds), so it runs often. Envoy's stats are asked for at once when
+// the app's ports are seen closed (until then the answer cannot end the
+// drain), then at most every statsEvery: /stats runs on Envoy's main thread.
 const (
 	drainTick     = 10 * time.Millisecond
+	statsEvery    = 100 * time.Millisecond
 	drainProgress = time.Second
 	adminCallMax  = 500 * time.Millisecond
 )
@@ -37,6 +38,12 @@ type drain struct {
 // Drain is POST /v1/drain: start the drain if it has not started, and wait for
 // its end or ctx.
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
+	// A preStop hook is the kubelet terminating the pod, as SIGTERM is, and
+	// it comes first: the app's own SIGTERM (and the failure it may report)
+	// must not decide how a deleted pod's proxy exits.
+	if s.tracker.EverReady() {
+		s.out.decide(0, "preStop")
+	}
 	done := s.startDrain("preStop")
 	select {
 	case <-done:
@@ -65,7 +72,7 @@ func (s *Supervisor) runDrain(d *drain, trigger string) {
 	start := time.Now()
 	s.m.setState("draining")
 	s.log.Info("drain started", "trigger", trigger, "min", s.cfg.DrainMin, "timeout", s.cfg.DrainTimeout)
-	s.drainEnvoy()
+	s.failHealthcheck()
 	envoyPorts := s.refreshEnvoyPorts()
 
 	end, ok := s.waitDrained(start, envoyPorts)
@@ -79,25 +86,32 @@ func (s *Supervisor) runDrain(d *drain, trigger string) {
 	close(d.done)
 }
 
-// drainEnvoy asks Envoy to drain its listeners gracefully. It is asked once
-// per termination. /healthcheck/fail is left out unless asked for, because it
+// failHealthcheck is for edge proxies that load balancers health-check
+// through Envoy (--drain-healthcheck-fail). It is off by default because it
 // makes Envoy hint every connection to close, outbound ones included, while
 // the app may still be finishing an upload through it.
-func (s *Supervisor) drainEnvoy() {
+func (s *Supervisor) failHealthcheck() {
+	if !s.cfg.DrainHealthcheckFail {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminCallMax)
 	defer cancel()
-	if s.cfg.DrainHealthcheckFail {
-		if err := s.cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
-			s.log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
-		}
+	if err := s.cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
+		s.log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
 	}
+}
+
+// drainListeners asks Envoy to drain its listeners gracefully. The drain
+// loop calls it until it succeeds once: a busy admin API at the first try
+// must not leave Envoy undrained for the whole termination.
+func (s *Supervisor) drainListeners() error {
+	ctx, cancel := context.WithTimeout(context.Background(), adminCallMax)
+	defer cancel()
 	flags := []string{"graceful"}
 	if s.cfg.DrainInboundOnly {
 		flags = append(flags, "inboundonly")
 	}
-	if err := s.cfg.Admin.Post(ctx, "/drain_listeners", flags...); err != nil {
-		s.log.Warn("admin /drain_listeners failed; waiting for the app anyway", "err", err)
-	}
+	return s.cfg.Admin.Post(ctx, "/drain_listeners", flags...)
 }
 
 // waitDrained waits until the app has no listening sockets and Envoy holds no
@@ -111,16 +125,29 @@ func (s *Supervisor) waitDrained(start time.Time, envoyPorts []uint16) (end stri
 	settled := s.settledCh()
 	tick := time.NewTicker(drainTick)
 	defer tick.Stop()
-	var lastLog time.Time
+	var lastLog, lastStats, lastDrainTry time.Time
+	drained, conns := false, -1
+	var cerr error
 	for {
 		select {
 		case <-settled:
 			return "peers-completed", true
 		default:
 		}
+		if !drained && time.Since(lastDrainTry) >= drainProgress {
+			lastDrainTry = time.Now()
+			if err := s.drainListeners(); err != nil {
+				s.log.Warn("admin /drain_listeners failed; will try again", "err", err)
+			} else {
+				drained = true
+			}
+		}
 		ports, perr := s.appPorts(envoyPorts)
-		conns, cerr := -1, error(nil)
-		if perr == nil && len(ports) == 0 {
+		switch {
+		case perr != nil || len(ports) > 0:
+			conns, cerr = -1, nil // unknown, and not needed yet
+		case conns < 0 || time.Since(lastStats) >= statsEvery:
+			lastStats = time.Now()
 			conns, cerr = s.activeConnections(exclude)
 		}
 		now := time.Now()
@@ -157,19 +184,10 @@ func (s *Supervisor) waitDrained(start time.Time, envoyPorts []uint16) (end stri
 }
 
 // appPorts lists the ports the app still listens on.
-//
-// When the proxy's uid is known it decides, and Envoy's /listeners is not
-// consulted: Istio reports an outbound listener such as 0.0.0.0_8080 for
-// every mesh service port without binding it, so an app listening on 8080
-// would pass for the proxy and the drain would end while the app still
-// serves.
 func (s *Supervisor) appPorts(envoyPorts []uint16) ([]uint16, error) {
 	socks, err := s.scanner.Listening()
 	if err != nil {
 		return nil, err
-	}
-	if s.cfg.Owner.ProxyUID >= 0 {
-		envoyPorts = nil
 	}
 	return portwatch.Ports(s.cfg.Owner.AppSockets(socks, envoyPorts)), nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -26,22 +25,16 @@ type book struct {
 	settledAt time.Time
 }
 
-// posted is where the supervisor keeps completions that arrived by POST
-// alone. They live apart from the peers' own records because peers/ is
-// sticky: a record the supervisor wrote there could never be replaced by the
-// peer's next run.
-func (s *Supervisor) posted() peers.Dir {
-	return peers.At(filepath.Join(s.records.Path(), ".posted"))
-}
-
-// createPosted makes the directory of posted completions, writable by the
-// supervisor alone.
-func (s *Supervisor) createPosted() error {
-	p := s.posted().Path()
-	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
-		return err
+// createPosted makes the store of completions that came by POST alone. A
+// peer can plant something in its place (peers/ is writable by all); then
+// such completions still count for this run but are not kept, rather than
+// the supervisor failing to start.
+func (s *Supervisor) createPosted() {
+	if err := s.records.Posted().CreatePrivate(); err != nil {
+		s.log.Warn("completions that come by POST alone will not survive a restart", "err", err)
+		return
 	}
-	return os.Chmod(p, 0o755)
+	s.postedOK = true
 }
 
 // loadRecords reads every record, merges the posted ones (each name's latest
@@ -51,11 +44,14 @@ func (s *Supervisor) loadRecords(why string) peers.Verdict {
 	s.recMu.Lock()
 	defer s.recMu.Unlock()
 	recs, errs := s.records.Load(s.cfg.AllowedUIDs)
-	posted, perrs := s.posted().Load([]uint32{uint32(os.Geteuid())})
-	for name, r := range posted {
-		recs[name] = latest(recs[name], r)
+	if s.postedOK {
+		posted, perrs := s.records.Posted().Load([]uint32{uint32(os.Geteuid())})
+		for name, r := range posted {
+			recs[name] = latest(recs[name], r)
+		}
+		errs = append(errs, perrs...)
 	}
-	s.logSkipped(append(errs, perrs...))
+	s.logSkipped(errs)
 	return s.store(recs, why)
 }
 
@@ -245,7 +241,9 @@ func (s *Supervisor) record(r peers.Record) peers.Verdict {
 		s.log.Warn("completion record skipped", "err", err)
 	}
 	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
-		if err := s.posted().Write(r); err != nil {
+		if !s.postedOK {
+			s.log.Warn("completion came by POST alone and is not kept on disk", "peer", r.Name)
+		} else if err := s.records.Posted().Write(r); err != nil {
 			// The report still counts for this run; it just would not
 			// survive a restart.
 			s.log.Warn("could not keep a posted completion on disk", "peer", r.Name, "err", err)

@@ -66,8 +66,8 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		// handlers are installed; before that the signal kills it. Sent to
 		// the group, it reaches Envoy under pilot-agent too, which
 		// pilot-agent itself never forwards.
-		if st, _ := s.tracker.Status(); !st.Ready {
-			s.log.Warn("SIGUSR1 dropped: the proxy is not ready, and Envoy dies of it before its handlers are installed")
+		if !s.tracker.EverReady() {
+			s.log.Warn("SIGUSR1 dropped: the proxy has not been ready yet, and Envoy dies of it before its handlers are installed")
 			return
 		}
 		s.signalGroup(s.proxyPid(), sig)
@@ -86,8 +86,9 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 // a proxy.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	name := unix.SignalName(sig)
+	ready := s.tracker.EverReady()
 	s.mu.Lock()
-	ready, again := s.everReady, s.terminating
+	again := s.terminating
 	s.terminating = true
 	s.mu.Unlock()
 	if again {

@@ -9,11 +9,25 @@ import (
 // traffic? So it stays true during a drain, when outbound traffic still flows;
 // only /healthz/ready flips then.
 func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
-	if s.tracker.WaitReady(ctx) {
-		return true, ""
+	for {
+		st, changed := s.tracker.Status()
+		// DRAINING during our drain is our own /healthcheck/fail
+		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
+		if st.Ready || st.Reason == "DRAINING" && s.draining() {
+			return true, ""
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false, st.Reason
+		}
 	}
-	st, _ := s.tracker.Status()
-	return false, st.Reason
+}
+
+func (s *Supervisor) draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drain != nil
 }
 
 // Status is GET /v1/status.

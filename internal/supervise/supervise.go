@@ -41,8 +41,7 @@ type Config struct {
 	ControlDir  string
 	AllowedUIDs []uint32
 
-	Policy        peers.Policy
-	NativeSidecar bool
+	Policy peers.Policy // Policy.Native is --native-sidecar
 
 	QuitGrace   time.Duration // after /quitquitquit, before SIGTERM to the group
 	StopTimeout time.Duration // from the stop request to SIGKILL
@@ -72,11 +71,11 @@ type Supervisor struct {
 
 	out outcome
 
-	recMu sync.Mutex // serializes reading the records into the book
+	recMu    sync.Mutex // serializes reading the records into the book
+	postedOK bool       // the store of POSTed completions is usable; set before any actor runs
 
 	mu          sync.Mutex
 	pid         int
-	everReady   bool
 	envoyDied   time.Time // when a ready Envoy stopped answering, unasked
 	stopping    bool
 	stopReason  string
@@ -130,9 +129,7 @@ func (s *Supervisor) Run() (int, error) {
 	if err := s.records.Create(); err != nil {
 		return 1, fmt.Errorf("completion records: %w", err)
 	}
-	if err := s.createPosted(); err != nil {
-		return 1, fmt.Errorf("completion records: %w", err)
-	}
+	s.createPosted()
 	if v := s.loadRecords("start"); v.Done {
 		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", v.Code)
 		return v.Code, nil
@@ -170,6 +167,9 @@ func (s *Supervisor) Run() (int, error) {
 		g.Add(func() error {
 			err := execute()
 			if err != nil {
+				// A supervisor that lost a part of itself must not exit
+				// 0 as if all went well.
+				s.out.decide(1, name+" failed")
 				errMu.Lock()
 				errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
 				errMu.Unlock()
@@ -180,7 +180,11 @@ func (s *Supervisor) Run() (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	add("reaper", func() error { return s.reaper.Run(ctx) }, func(error) { cancel() })
-	add("proxy", func() error { return s.waitProxy(exit) }, func(error) { s.requestStop("shutting down") })
+	add("proxy", func() error { return s.waitProxy(exit) }, func(error) {
+		if !s.waitExit(0) { // another actor ended first
+			s.requestStop("shutting down")
+		}
+	})
 	add("signals", func() error { return s.handleSignals(ctx) }, func(error) { cancel() })
 	add("tracker", func() error { return s.tracker.Run(ctx) }, func(error) { cancel() })
 	add("readiness", func() error { return s.watchReadiness(ctx) }, func(error) { cancel() })
@@ -220,10 +224,7 @@ func (s *Supervisor) startProxy() (<-chan reaper.Exit, error) {
 }
 
 func startError(name string, err error) *StartError {
-	code := 126
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		code = 127
-	}
+	code := reaper.StartCode(err)
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		err = fmt.Errorf("%s: %w", pe.Path, pe.Err)
@@ -246,8 +247,11 @@ func (s *Supervisor) waitProxy(ch <-chan reaper.Exit) error {
 	s.signalGroup(pid, syscall.SIGKILL)
 
 	code, why := e.Code(), "proxy exited by itself"
-	if code == 0 && !stopping && !died.IsZero() && s.cfg.FailOnEnvoyDeath {
-		code, why = 1, "proxy exited 0 after Envoy died under it"
+	if code == 0 && !stopping && s.cfg.FailOnEnvoyDeath {
+		// pilot-agent exits 0 within milliseconds of Envoy's death, often
+		// before a tracker poll could see the admin port refuse; an exit
+		// nobody asked for is the failure this flag exists to report.
+		code, why = 1, "proxy exited 0 unasked (--fail-on-envoy-death)"
 	}
 	s.out.decide(code, why)
 	final, by := s.out.get()
@@ -376,18 +380,15 @@ func (s *Supervisor) healthReady() (bool, string) {
 
 // watchReadiness logs and counts every change the tracker publishes.
 func (s *Supervisor) watchReadiness(ctx context.Context) error {
-	was := false
+	was, seen := false, false
 	for {
 		st, changed := s.tracker.Status()
 		if st.Ready != was {
 			s.m.readyChanges.Inc()
 			if st.Ready {
 				s.m.ready.Set(1)
-				s.mu.Lock()
-				first := !s.everReady
-				s.everReady = true
-				s.mu.Unlock()
-				if first {
+				if !seen {
+					seen = true
 					s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
 					s.m.setState("ready")
 					go s.learnEnvoyPorts(ctx)
