@@ -44,7 +44,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	f.fs.Var(&allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
 	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
-	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 after Envoy died under it (pilot-agent exits 0 when Envoy crashes)")
+	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 

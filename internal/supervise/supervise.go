@@ -52,7 +52,7 @@ type Config struct {
 	DrainHealthcheckFail bool
 	Owner                portwatch.Owner // tells the app's listening sockets from the proxy's
 
-	FailOnEnvoyDeath bool // exit 1 when the child exits 0 after Envoy died under it
+	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
 	Log *slog.Logger
 }
