@@ -327,3 +327,24 @@ func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+func TestBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := NewAdmin("http://" + ln.Addr().String())
+	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+		t.Fatalf("listening port: %v %v", ok, err)
+	}
+	ln.Close()
+	if ok, err := a.Bound(context.Background()); ok || err != nil {
+		t.Fatalf("closed port: %v %v", ok, err)
+	}
+	// Bound but silent (the admin loop not running yet) counts as bound.
+	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
+	<-e.Bound()
+	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+		t.Fatalf("silent admin: %v %v", ok, err)
+	}
+}

@@ -137,6 +137,11 @@ func (t *Tracker) Run(ctx context.Context) error {
 func (t *Tracker) poll(ctx context.Context) Status {
 	// A poll must end before the next one is due, so that a ready answer is
 	// never older than ReadyInterval.
+	if st, _ := t.Status(); st.Down {
+		if bound, err := t.admin.Bound(ctx); err == nil && !bound {
+			return st
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, ReadyInterval*9/10)
 	defer cancel()
 	state, ready, err := t.admin.ServerState(ctx)
