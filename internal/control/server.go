@@ -57,9 +57,10 @@ type Backend interface {
 
 // Server serves the control socket.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	path string
+	srv    *http.Server
+	ln     net.Listener
+	path   string
+	cancel context.CancelFunc // ends the long polls at Close
 }
 
 // Listen creates the socket in dir, replacing a stale one left by an earlier
@@ -83,8 +84,10 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	h := &handler{b: b, allowed: allowed, log: log}
+	base, cancel := context.WithCancel(context.Background())
 	return &Server{
-		path: path,
+		cancel: cancel,
+		path:   path,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, every request is bounded in time, and a cap
 		// would hide the peer's credentials behind its wrapper.
@@ -96,6 +99,7 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 			IdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:    maxHeader,
 			ConnContext:       withPeer,
+			BaseContext:       func(net.Listener) context.Context { return base },
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 	}, nil
@@ -136,8 +140,27 @@ func (s *Server) Serve() error {
 	return nil
 }
 
-// Close stops serving, ends long polls, and removes the socket file.
-func (s *Server) Close() error { return s.srv.Close() }
+// Close stops serving and removes the socket file. Answers being written
+// are delivered (the request that ended the job gets its 202) and long polls
+// are ended with their answer, within closeGrace; then what is left is cut.
+func (s *Server) Close() error {
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = s.srv.Close()
+	}
+	// Shutdown closes only the listeners Serve ran on; a server that never
+	// served must still release its socket.
+	if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// closeGrace bounds how long Close waits for answers in flight.
+const closeGrace = time.Second
 
 type peerKey struct{}
 

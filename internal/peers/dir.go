@@ -126,7 +126,7 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 		r.Time = time.Now().UTC()
 	}
 	r = r.normal()
-	if err := r.validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		return nil, err
 	}
 	b, err := encode(r)

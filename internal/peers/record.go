@@ -111,7 +111,9 @@ func (r Record) normal() Record {
 
 // validate checks that the record says one consistent thing, so that no
 // combination of fields can read as a success it is not.
-func (r Record) validate() error {
+// Validate checks that the record is one a peer could have written: a valid
+// name, a code from 0 to 255, and a reason that fits the code.
+func (r Record) Validate() error {
 	if err := ValidName(r.Name); err != nil {
 		return err
 	}
@@ -172,7 +174,7 @@ func decode(b []byte) (Record, error) {
 		r.ExitCode = *w.ExitCode
 	}
 	r = r.normal()
-	if err := r.validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		return Record{}, err
 	}
 	return r, nil

@@ -160,7 +160,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		// Whatever decodes must be a consistent record that survives a
 		// round trip.
-		if err := r.validate(); err != nil {
+		if err := r.Validate(); err != nil {
 			t.Fatalf("decode(%q) = %+v, which does not validate: %v", b, r, err)
 		}
 		if r.Final() && r.Reason == "" {

@@ -72,7 +72,7 @@ func (r *Run) Finish(code int, reason Reason) error {
 		return fmt.Errorf("record %s: run already ended", r.name)
 	}
 	rec := Record{Name: r.name, ExitCode: code, Reason: reason}.normal()
-	if err := rec.validate(); err != nil {
+	if err := rec.Validate(); err != nil {
 		return err
 	}
 	werr := r.dir.Write(rec)

@@ -51,6 +51,9 @@ func (s *Supervisor) loadRecords(why string) peers.Verdict {
 		}
 		errs = append(errs, perrs...)
 	}
+	for name, r := range s.posted {
+		recs[name] = latest(recs[name], r)
+	}
 	s.logSkipped(errs)
 	return s.store(recs, why)
 }
@@ -216,6 +219,9 @@ func (s *Supervisor) Complete(peer string, code int, reason string) error {
 	default:
 		return fmt.Errorf("reason %q: want exited, signaled or not-ready", reason)
 	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
 	v := s.record(r)
 	if v.Settled {
 		// The fast path read only this peer's record; before the job is
@@ -241,6 +247,9 @@ func (s *Supervisor) record(r peers.Record) peers.Verdict {
 		s.log.Warn("completion record skipped", "err", err)
 	}
 	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
+		// Kept in memory too, so that every later read of the disk counts
+		// it, whether or not it could be kept on disk.
+		s.posted[r.Name] = r
 		if !s.postedOK {
 			s.log.Warn("completion came by POST alone and is not kept on disk", "peer", r.Name)
 		} else if err := s.records.Posted().Write(r); err != nil {

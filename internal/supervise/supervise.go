@@ -71,8 +71,9 @@ type Supervisor struct {
 
 	out outcome
 
-	recMu    sync.Mutex // serializes reading the records into the book
-	postedOK bool       // the store of POSTed completions is usable; set before any actor runs
+	recMu    sync.Mutex              // serializes reading the records into the book
+	postedOK bool                    // the store of POSTed completions is usable; set before any actor runs
+	posted   map[string]peers.Record // POSTed completions of this run, guarded by recMu
 
 	mu          sync.Mutex
 	pid         int
@@ -108,6 +109,7 @@ func New(cfg Config) (*Supervisor, error) {
 		start:   time.Now(),
 		exited:  make(chan struct{}),
 		sigs:    notifySignals(),
+		posted:  make(map[string]peers.Record),
 	}
 	s.m = newMeters(s)
 	return s, nil
