@@ -115,42 +115,36 @@ func TestDrainTimeout(t *testing.T) {
 	}
 }
 
-// Ports that belong to the proxy or to another sidecar do not hold the drain.
-func TestForeignPortsDoNotHoldDrain(t *testing.T) {
-	p := newPod(t)
-	sup := p.supervise([]string{"--drain-min", "0s", "--app-ports", "8080"},
-		"--listener", "outbound=127.0.0.1:9001,tcp")
-	p.waitHTTP(readyURL, 200, soon)
-	p.listen("tcp", "127.0.0.1:9901") // another sidecar's admin port
-	p.listen("tcp", "127.0.0.1:15090")
-	start := time.Now()
-	if code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir); code != 0 {
-		t.Fatalf("prestop exit %d: %s", code, out)
+// Ports that are not the app's do not hold the drain: Istio's, the health
+// port, Envoy's own listeners, and, with an allowlist, another sidecar's.
+func TestNotTheAppsPortsDoNotHoldDrain(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		flags  []string
+		listen []string
+	}{
+		{"proxy ports", nil, []string{"127.0.0.1:15090", "[::1]:15020"}},
+		{"another sidecar outside --app-ports", []string{"--app-ports", "8080"}, []string{"127.0.0.1:9901"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod(t)
+			sup := p.supervise(append([]string{"--drain-min", "0s"}, tt.flags...),
+				"--listener", "outbound=127.0.0.1:9001,tcp")
+			p.waitHTTP(readyURL, 200, soon)
+			for _, addr := range tt.listen {
+				p.listen("tcp", addr)
+			}
+			start := time.Now()
+			if code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir); code != 0 {
+				t.Fatalf("prestop exit %d: %s", code, out)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("prestop took %v; nothing of the app's was open", d)
+			}
+			sup.signal(syscall.SIGTERM)
+			sup.exit(soon)
+		})
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("prestop took %v; nothing of the app's was open", d)
-	}
-	sup.signal(syscall.SIGTERM)
-	sup.exit(soon)
-}
-
-// Without an allowlist, Istio's ports, the health port and Envoy's own
-// listeners are still not the app's.
-func TestProxyPortsDoNotHoldDrain(t *testing.T) {
-	p := newPod(t)
-	sup := p.supervise([]string{"--drain-min", "0s"}, "--listener", "outbound=127.0.0.1:9001,tcp")
-	p.waitHTTP(readyURL, 200, soon)
-	p.listen("tcp", "127.0.0.1:15090")
-	p.listen("tcp", "[::1]:15020")
-	start := time.Now()
-	if code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir); code != 0 {
-		t.Fatalf("prestop exit %d: %s", code, out)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("prestop took %v; nothing of the app's was open", d)
-	}
-	sup.signal(syscall.SIGTERM)
-	sup.exit(soon)
 }
 
 // SIGTERM alone (no preStop hook) drains too, then stops.
