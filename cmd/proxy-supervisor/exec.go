@@ -75,16 +75,24 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	// The supervisor creates peers/; an app that starts first waits for it
 	// as part of waiting for the proxy.
 	rec, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
-	if err != nil {
-		return fail(peers.NotReadyCode, "%v", err)
+	var ok bool
+	var why string
+	if err == nil {
+		ok, why = waitReady(ctx, *dir, time.Until(deadline))
 	}
-	ok, why := waitReady(ctx, *dir, time.Until(deadline))
 	cancel()
 	<-watched
 	var stop os.Signal
 	select {
 	case stop = <-stopped:
 	default:
+	}
+	if err != nil {
+		// Nothing was marked running, so there is no record to finish.
+		if stop != nil {
+			return fail(128+int(stop.(syscall.Signal)), "%v while waiting for the supervisor: %v", stop, err)
+		}
+		return fail(peers.NotReadyCode, "%v", err)
 	}
 	if stop != nil {
 		code := 128 + int(stop.(syscall.Signal))
