@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -266,7 +267,9 @@ func (a *Admin) ActiveConnections(ctx context.Context, exclude []uint16) (int, e
 }
 
 func sumActive(stats map[string]uint64, exclude []uint16) int {
-	total := 0
+	// Saturating: a garbled counter must not wrap the sum to zero or below
+	// and end a drain early.
+	var total uint64
 	for name, v := range stats {
 		rest, ok := strings.CutPrefix(name, "listener.")
 		if !ok {
@@ -279,9 +282,11 @@ func sumActive(stats map[string]uint64, exclude []uint16) int {
 		if p, ok := statPort(rest); ok && slices.Contains(exclude, p) {
 			continue
 		}
-		total += int(v)
+		if total += v; total < v || total > math.MaxInt {
+			return math.MaxInt
+		}
 	}
-	return total
+	return int(total)
 }
 
 // statPort reads the port of a listener's stat prefix, such as 0.0.0.0_15006
