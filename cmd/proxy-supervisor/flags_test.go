@@ -131,3 +131,26 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("error does not name the command: %q", errw.String())
 	}
 }
+
+// Environment values are input from the manifest; parsing never panics and
+// either fails cleanly or yields a usable value.
+func FuzzEnvValues(f *testing.F) {
+	f.Add(`{"terminationDrainDuration":"5s"}`, "8080,9090", "1337")
+	f.Add("terminationDrainDuration: 1m\n", ",,", "-1")
+	f.Fuzz(func(t *testing.T, proxyConfig, ports, uids string) {
+		env := envOf(map[string]string{"PROXY_CONFIG": proxyConfig})
+		if s, err := istioDrain(env); err == nil && s.min < 0 {
+			t.Fatalf("negative drain minimum %v", s.min)
+		}
+		var p portList
+		if p.Set(ports) == nil {
+			for _, v := range p {
+				if v == 0 {
+					t.Fatal("port 0 accepted")
+				}
+			}
+		}
+		var u uidList
+		u.Set(uids)
+	})
+}
