@@ -44,6 +44,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 )
 
 const benchHealthAddr = "127.0.0.1:15022"
@@ -102,7 +103,7 @@ func newBenchPod(b *testing.B) *pod {
 type bproc struct {
 	name  string
 	cmd   *exec.Cmd
-	out   *syncBuffer
+	out   *syncbuf.Buffer
 	done  chan struct{}
 	code  int
 	ended time.Time
@@ -129,7 +130,7 @@ func bstart(b *testing.B, p *pod, name string, newPID bool, env []string, argv .
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = benchEnv(env)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if newPID {
@@ -516,7 +517,7 @@ func BenchmarkOrphanStorm(b *testing.B) {
 		argv = append(argv, storm, "-n", strconv.Itoa(n))
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = benchEnv(nil)
-		var stdout, stderr syncBuffer
+		var stdout, stderr syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		if err := cmd.Run(); err != nil {

@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,12 +18,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 )
 
 var bin struct {
@@ -83,26 +83,9 @@ type proc struct {
 	t    *testing.T
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	code int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs argv inside the pod's network namespace. With newPID it is PID 1
@@ -111,7 +94,7 @@ func (p *pod) start(name string, newPID bool, env []string, argv ...string) *pro
 	p.t.Helper()
 	cmd := exec.Command("nsenter", append([]string{"--net=" + p.netns, "--"}, argv...)...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if newPID {

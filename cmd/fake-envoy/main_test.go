@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 )
 
 // binary is the fake-envoy built once for all tests, into buildDir.
@@ -63,29 +65,12 @@ func build(t *testing.T) string {
 	return binary
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is a running fake-envoy.
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	dir    string
-	stderr lockedBuffer
+	stderr syncbuf.Buffer
 	done   chan struct{}
 	state  *os.ProcessState
 }

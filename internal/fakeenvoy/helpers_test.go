@@ -2,16 +2,16 @@ package fakeenvoy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 )
 
 // start runs a fake on free ports and closes it when the test ends.
@@ -165,21 +165,6 @@ func refused(addr string) bool {
 }
 
 // logBuffer collects what the fake logs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(NewLogHandler(l, slog.LevelDebug)) }

@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
@@ -116,23 +117,6 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness is one Supervisor of the fake Envoy, run in this process.
 type harness struct {
 	t         *testing.T
@@ -142,7 +126,7 @@ type harness struct {
 	adminPort uint16
 	appPort   uint16 // the only port that counts as the app's
 	client    *control.Client
-	logs      *syncBuffer
+	logs      *syncbuf.Buffer
 	envoyLog  string // the fake Envoy's stdout and stderr
 
 	started time.Time
@@ -156,7 +140,7 @@ type harness struct {
 // without running it; mod adjusts the config.
 func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &syncBuffer{}}
+	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &syncbuf.Buffer{}}
 	h.envoyLog = filepath.Join(shortDir(t), "envoy.log")
 	h.client = control.NewClient(h.dir)
 	admin, err := health.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))

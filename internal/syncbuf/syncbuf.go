@@ -1,0 +1,28 @@
+// Package syncbuf holds Buffer, a bytes.Buffer that several goroutines may
+// write and read at once: the output of a child process that a test reads
+// while the process still writes.
+package syncbuf
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is safe for concurrent use. The zero value is empty and ready.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what has been written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
