@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
@@ -59,7 +59,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if len(cmdline) == 0 {
 		return fail(usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]"))
 	}
-	admin, err := health.NewAdmin(*adminURL)
+	admin, err := envoy.NewAdmin(*adminURL)
 	if err != nil {
 		return fail(usagef("--admin-url: %v", err))
 	}
@@ -108,10 +108,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 			"drain_timeout", *drainTimeout, "stop_timeout", *stopTimeout, "margin", graceMargin, "need", need, "grace_period", *gracePeriod)
 	}
 
-	ports := []uint16{admin.Port()}
-	if hp, ok := portOf(*healthAddr); ok {
-		ports = append(ports, hp)
-	}
+	healthPort, _ := portOf(*healthAddr)
 	s, err := supervise.New(supervise.Config{
 		Command:     cmdline,
 		Admin:       admin,
@@ -131,7 +128,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		DrainTimeout:         *drainTimeout,
 		DrainInboundOnly:     *inbound,
 		DrainHealthcheckFail: *hcFail,
-		Owner:                portwatch.Owner{ProxyPorts: ports, AdminPort: admin.Port(), ProxyUID: int(proxyUID), AppPorts: appPorts},
+		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		Log:                  log,
 	})

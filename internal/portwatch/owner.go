@@ -2,22 +2,27 @@ package portwatch
 
 import "slices"
 
-// istioPorts are the ports Istio reserves for its sidecar (REFERENCE.md). They are the
-// proxy's whether or not Envoy or pilot-agent happens to be listening on them yet.
+// istioPorts are the ports Istio reserves for its sidecar: 15000 Envoy's admin,
+// 15001 outbound, 15004 debug, 15006 inbound, 15008 HBONE, 15020 the agent's
+// status, 15021 the health listener, 15053 DNS and 15090 Prometheus. They are
+// the proxy's whether or not anything happens to listen on them yet.
 var istioPorts = [...]uint16{15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090}
 
-// IstioPorts returns Istio's reserved sidecar ports.
-func IstioPorts() []uint16 { return slices.Clone(istioPorts[:]) }
+// quietIstioPorts are Istio's listeners whose connections say nothing about
+// the app's traffic: the kubelet keeps the health listener busy and scrapers
+// the Prometheus one (pilot-agent leaves them out of its count too).
+var quietIstioPorts = [...]uint16{15021, 15090}
 
-// Owner tells the app's listening sockets from the proxy's (DESIGN.md's rule).
+// Owner is the one rule for which ports are the proxy's and which the app's:
+// which listening sockets hold a drain (AppSockets) and which of Envoy's
+// connections do (QuietPorts).
 type Owner struct {
-	// ProxyPorts are the proxy's fixed ports: the health port, the admin port, and
-	// anything else the supervisor knows to be the proxy's.
-	ProxyPorts []uint16
-	// AdminPort is Envoy's admin port. The uid of its socket is Envoy's, which
-	// tells Envoy's sockets on the ports of /listeners from an app's on the same
-	// port (see AppSockets).
+	// AdminPort is Envoy's admin port. It is the proxy's, and the uid of
+	// its socket is Envoy's, which tells Envoy's sockets on the ports of
+	// /listeners from an app's on the same port (see AppSockets).
 	AdminPort uint16
+	// HealthPort is the supervisor's own health port, or 0.
+	HealthPort uint16
 	// ProxyUID marks sockets created by this uid as the proxy's; -1 leaves it unset.
 	// The zero value is uid 0, which would count a root app's sockets as the proxy's,
 	// so callers without a proxy uid must set -1.
@@ -25,6 +30,23 @@ type Owner struct {
 	// AppPorts is an allowlist: when non-empty, only these ports can be the app's, so
 	// that another sidecar's listeners do not hold up a drain.
 	AppPorts []uint16
+}
+
+// QuietPorts are the ports whose connections do not hold a drain: the admin
+// and health ports, and Istio's health and Prometheus listeners.
+func (o Owner) QuietPorts() []uint16 {
+	ports := append([]uint16{}, quietIstioPorts[:]...)
+	for _, p := range []uint16{o.AdminPort, o.HealthPort} {
+		if p != 0 {
+			ports = append(ports, p)
+		}
+	}
+	return ports
+}
+
+// fixedPort reports whether a port is the proxy's by its number alone.
+func (o Owner) fixedPort(port uint16) bool {
+	return slices.Contains(istioPorts[:], port) || port != 0 && (port == o.AdminPort || port == o.HealthPort)
 }
 
 // AppSockets returns the sockets that are the app's, given the ports Envoy currently
@@ -66,7 +88,7 @@ func (o Owner) isProxy(s Socket, envoyPorts []uint16, envoyUID uint32, known boo
 		return true
 	}
 	port := s.Addr.Port()
-	if slices.Contains(istioPorts[:], port) || slices.Contains(o.ProxyPorts, port) {
+	if o.fixedPort(port) {
 		return true
 	}
 	// A known proxy uid already decided above; /listeners only helps without one.

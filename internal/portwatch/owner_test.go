@@ -25,7 +25,7 @@ func TestAppSockets(t *testing.T) {
 		sidecar   = sock("127.0.0.1:4191", 2102) // another sidecar's admin
 	)
 	all := []Socket{app8080, app9090v6, rootApp, envoy, admin, health, inbound, agent, sidecar}
-	standalone := Owner{ProxyPorts: []uint16{15000, 15022}, ProxyUID: -1}
+	standalone := Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: -1}
 
 	tests := []struct {
 		name       string
@@ -69,13 +69,13 @@ func TestAppSockets(t *testing.T) {
 			socks: all, envoyPorts: []uint16{10000},
 			want: []Socket{app8080}},
 		{name: "an unbound outbound listener on the app's port does not hide the app",
-			owner: Owner{ProxyPorts: []uint16{15000}, AdminPort: 15000, ProxyUID: -1},
+			owner: Owner{AdminPort: 15000, ProxyUID: -1},
 			socks: []Socket{admin, envoy, app8080}, envoyPorts: []uint16{8080, 10000},
 			want: []Socket{app8080}},
 		{name: "with a proxy uid, /listeners is not consulted", owner: Owner{ProxyUID: proxyUID},
 			socks: []Socket{app8080, envoy}, envoyPorts: []uint16{8080, 10000},
 			want: []Socket{app8080}},
-		{name: "istio pod", owner: Owner{ProxyPorts: []uint16{15000, 15022}, ProxyUID: proxyUID},
+		{name: "istio pod", owner: Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: proxyUID},
 			socks: all, envoyPorts: []uint16{15001, 15006, 15021, 15090, 10000},
 			want: []Socket{app8080, app9090v6, rootApp, sidecar}},
 	}

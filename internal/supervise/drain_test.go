@@ -82,7 +82,7 @@ func TestDrain(t *testing.T) {
 			h := startSupervisor(t, func(h *harness, c *Config) {
 				healthPort = freePort(t)
 				c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
-				c.Owner.ProxyPorts = append(c.Owner.ProxyPorts, healthPort)
+				c.Owner.HealthPort = healthPort
 				if tt.mod != nil {
 					tt.mod(c)
 				}

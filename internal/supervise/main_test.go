@@ -20,7 +20,7 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
@@ -119,15 +119,16 @@ func shortDir(t *testing.T) string {
 
 // harness is one Supervisor of the fake Envoy, run in this process.
 type harness struct {
-	t         *testing.T
-	s         *Supervisor
-	cfg       Config
-	dir       string // the control dir
-	adminPort uint16
-	appPort   uint16 // the only port that counts as the app's
-	client    *control.Client
-	logs      *syncbuf.Buffer
-	envoyLog  string // the fake Envoy's stdout and stderr
+	t          *testing.T
+	s          *Supervisor
+	cfg        Config
+	dir        string // the control dir
+	adminPort  uint16
+	healthPort uint16 // 0 unless a test serves health
+	appPort    uint16 // the only port that counts as the app's
+	client     *control.Client
+	logs       *syncbuf.Buffer
+	envoyLog   string // the fake Envoy's stdout and stderr
 
 	started time.Time
 	done    chan struct{}
@@ -143,7 +144,7 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &syncbuf.Buffer{}}
 	h.envoyLog = filepath.Join(shortDir(t), "envoy.log")
 	h.client = control.NewClient(h.dir)
-	admin, err := health.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
+	admin, err := envoy.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +163,10 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 		DrainTimeout: 2 * time.Second,
 		// The host's own listeners must not hold a drain: only appPort is
 		// the app's.
-		Owner: portwatch.Owner{ProxyUID: -1, ProxyPorts: []uint16{h.adminPort}, AppPorts: []uint16{h.appPort}},
-		Log:   slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Owner: portwatch.Owner{ProxyUID: -1, AdminPort: h.adminPort, AppPorts: []uint16{h.appPort}},
+		// Polls that would take a second in production take a tenth here.
+		Intervals: Intervals{TrackerReady: 100 * time.Millisecond, Rescan: 100 * time.Millisecond, DrainProgress: 100 * time.Millisecond},
+		Log:       slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if mod != nil {
 		mod(h, &h.cfg)
@@ -201,7 +204,7 @@ func (h *harness) cleanup() {
 		select {
 		case <-h.done:
 		default:
-			h.s.requestStopNow("test cleanup")
+			h.killProxy()
 			select {
 			case <-h.done:
 			case <-time.After(10 * time.Second):
@@ -273,8 +276,27 @@ func (h *harness) post(peer string, code int, reason string) {
 	}
 }
 
-// signal hands sig to the supervisor's signal actor, as signal.Notify would.
-func (h *harness) signal(sig syscall.Signal) { h.s.sigs <- sig }
+// signal hands sig to the supervisor as its signal actor would, once the
+// proxy has started.
+func (h *harness) signal(sig syscall.Signal) {
+	h.t.Helper()
+	h.eventually("the proxy has started", func() bool { return h.logged("proxy started") })
+	h.s.onSignal(sig)
+}
+
+// killProxy kills the proxy's group, found in the log, so that a test that
+// failed midway still ends its Run.
+func (h *harness) killProxy() {
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		var e struct {
+			Msg string `json:"msg"`
+			Pid int    `json:"pid"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "proxy started" && e.Pid > 0 {
+			syscall.Kill(-e.Pid, syscall.SIGKILL)
+		}
+	}
+}
 
 func (h *harness) status() Status {
 	h.t.Helper()

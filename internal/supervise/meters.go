@@ -1,13 +1,14 @@
 package supervise
 
 import (
+	"fmt"
+	"syscall"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
-
-// states are the values of proxy_supervisor_state, in lifecycle order.
-var states = []string{"starting", "ready", "draining", "stopping", "exited"}
 
 // meters are the supervisor's metrics, served on the health server's /metrics.
 type meters struct {
@@ -42,18 +43,51 @@ func newMeters(s *Supervisor) *meters {
 		drainSeconds: r.Gauge("proxy_supervisor_drain_duration_seconds", "Duration of the last drain."),
 	}
 	r.CounterFunc("proxy_supervisor_zombies_reaped_total", "Exited processes reaped that were not the proxy (orphans).",
-		func() float64 { return float64(s.reaper.Orphans()) })
+		func() float64 {
+			if s.reaper == nil {
+				return 0
+			}
+			return float64(s.reaper.Orphans())
+		})
 	r.GaugeFunc("proxy_supervisor_uptime_seconds", "Seconds since the supervisor started.",
 		func() float64 { return time.Since(s.start).Seconds() })
 	return m
 }
 
-func (m *meters) setState(now string) {
-	for _, st := range states {
+// setPhase is the lifecycle's, and only the lifecycle's, to call.
+func (m *meters) setPhase(now Phase) {
+	for p := Starting; p <= Exited; p++ {
 		v := 0.0
-		if st == now {
+		if p == now {
 			v = 1
 		}
-		m.state.With(st).Set(v)
+		m.state.With(p.String()).Set(v)
 	}
+}
+
+func (m *meters) readyChanged(ready bool) {
+	m.readyChanges.Inc()
+	if ready {
+		m.ready.Set(1)
+	} else {
+		m.ready.Set(0)
+	}
+}
+
+func (m *meters) escalated(sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		m.sigkills.Inc()
+	}
+}
+
+func (m *meters) recorded(r peers.Record) {
+	m.completions.With(r.Name, fmt.Sprint(r.ExitCode), string(r.Reason)).Inc()
+	if r.Failed() {
+		m.failures.With(r.Name).Inc()
+	}
+}
+
+func (m *meters) drained(r drain.Result) {
+	m.drainSeconds.Set(r.Took.Seconds())
+	m.drains.With(string(r.End)).Inc()
 }

@@ -9,42 +9,64 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// handled is the explicit list of signals the supervisor acts on. Anything
-// else keeps Go's default, which for SIGURG (the runtime's own preemption
-// signal, sent to ourselves many times a second) is to ignore it: scuttle
-// caught every signal and took SIGURG for a stop request. SIGCHLD is the
-// reaper's.
-var handled = []os.Signal{
-	syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGUSR2,
+// The explicit lists of signals the supervisor acts on. Anything else keeps
+// Go's default, which for SIGURG (the runtime's own preemption signal, sent
+// to ourselves many times a second) is to ignore it: scuttle caught every
+// signal and took SIGURG for a stop request. SIGCHLD is the reaper's.
+var (
+	stopSignals  = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT}
+	otherSignals = []os.Signal{syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGUSR2}
+)
+
+// signals are the supervisor's subscriptions. Stop signals have a channel of
+// their own: signal.Notify drops what does not fit a channel, and a storm of
+// other signals must never crowd out a SIGTERM. Repeats of one signal mean
+// the same as one, so a drop within either channel costs nothing.
+type signals struct {
+	stops  chan os.Signal
+	others chan os.Signal
+	pipe   chan os.Signal
 }
 
-// ignorePipe keeps a closed log pipe from killing the supervisor: Go exits on
-// SIGPIPE from a write to fd 1 or 2 unless the signal is notified, and then
-// the write only fails. Notify, not Ignore: an ignored disposition would be
-// inherited by the proxy across exec.
-func ignorePipe() {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+// subscribe starts the subscriptions. It also keeps a closed log pipe from
+// killing the supervisor: Go exits on SIGPIPE from a write to fd 1 or 2
+// unless the signal is notified, and then the write only fails. Notify, not
+// Ignore: an ignored disposition would be inherited by the proxy across
+// exec.
+func subscribe() *signals {
+	s := &signals{
+		stops:  make(chan os.Signal, 2*len(stopSignals)),
+		others: make(chan os.Signal, 16),
+		pipe:   make(chan os.Signal, 1),
+	}
+	signal.Notify(s.stops, stopSignals...)
+	signal.Notify(s.others, otherSignals...)
+	signal.Notify(s.pipe, syscall.SIGPIPE)
+	return s
 }
 
-// notifySignals subscribes before the proxy starts: a signal that arrived
-// between the fork and a later subscription would get Go's default action,
-// which for SIGTERM is to exit at once and leave the proxy unsupervised.
-// Buffered so that a storm does not stall the sender; repeats of one signal
-// mean the same as one, so a drop costs nothing.
-func notifySignals() chan os.Signal {
-	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, handled...)
-	return ch
+// stop ends the subscriptions, except SIGPIPE's: the supervisor still logs
+// after its group has ended.
+func (s *signals) stop() {
+	signal.Stop(s.stops)
+	signal.Stop(s.others)
 }
 
-func (s *Supervisor) handleSignals(ctx context.Context) error {
-	defer signal.Stop(s.sigs)
+// handleSignals handles signals until ctx ends, stop signals first.
+func (s *Supervisor) handleSignals(ctx context.Context, sigs *signals) error {
 	for {
+		select {
+		case sig := <-sigs.stops:
+			s.onSignal(sig.(syscall.Signal))
+			continue
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case sig := <-s.sigs:
+		case sig := <-sigs.stops:
+			s.onSignal(sig.(syscall.Signal))
+		case sig := <-sigs.others:
 			s.onSignal(sig.(syscall.Signal))
 		}
 	}
@@ -59,8 +81,10 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		s.terminate(sig)
 	case syscall.SIGQUIT:
 		// The operator's emergency exit: no drain, no grace.
-		s.out.decide(128+int(sig), "SIGQUIT")
-		s.requestStopNow("SIGQUIT")
+		s.life.record(Event{Kind: Signal, Signal: sig})
+		s.life.move(Stopping, "SIGQUIT")
+		s.log.Warn("killing the proxy's group at once", "reason", name, "pgid", s.proc.Pid())
+		s.proc.Kill(name)
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its
 		// handlers are installed; before that the signal kills it. Sent to
@@ -70,7 +94,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 			s.log.Warn("SIGUSR1 dropped: the proxy has not been ready yet, and Envoy dies of it before its handlers are installed")
 			return
 		}
-		s.signalGroup(s.proxyPid(), sig)
+		s.proc.Signal(sig)
 		s.log.Info("SIGUSR1 forwarded to the proxy's group")
 	default:
 		// SIGHUP kills pilot-agent and SIGUSR2 kills Envoy; forwarding
@@ -79,34 +103,17 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 	}
 }
 
-// terminate is SIGTERM's (or SIGINT's) way out: drain, then stop. The code is
-// 0 once the proxy has been ready, because that is pod deletion or the end of
-// a native sidecar. Before that it is 128+N: the kubelet sends SIGTERM after a
-// failed postStart `wait`, and under OnFailure a 0 would leave the pod without
-// a proxy.
+// terminate is SIGTERM's (or SIGINT's) way out: drain, then stop. Before the
+// proxy was ever ready there is nothing to drain, and it stops at once.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	name := unix.SignalName(sig)
 	ready := s.tracker.EverReady()
-	s.mu.Lock()
-	again := s.terminating
-	s.terminating = true
-	s.mu.Unlock()
-	if again {
-		s.log.Info("already terminating", "signal", name)
+	s.life.record(Event{Kind: Signal, Signal: sig, EverReady: ready})
+	if !ready {
+		s.stop(name + " before the proxy was ever ready")
 		return
 	}
-	code := 0
-	if !ready {
-		code = 128 + int(sig)
+	if s.drain(name, true) == nil {
+		s.log.Info("already stopping", "signal", name)
 	}
-	s.out.decide(code, name)
-	if !ready {
-		s.requestStop(name + " before the proxy was ever ready")
-		return
-	}
-	done := s.startDrain(name)
-	go func() {
-		<-done
-		s.requestStop(name)
-	}()
 }

@@ -47,7 +47,7 @@ func TestSignals(t *testing.T) {
 			if tt.ready {
 				h.waitReady()
 			} else {
-				h.eventually("the proxy started", func() bool { return h.status().ProxyPID > 0 })
+				h.eventually("the proxy started", func() bool { return h.logged("proxy started") })
 			}
 			h.signal(tt.sig)
 			if code := h.wait(5 * time.Second); code != tt.code {
@@ -91,7 +91,8 @@ func TestSignalsNotForwarded(t *testing.T) {
 				h.waitReady()
 			} else {
 				h.eventually("the fake Envoy answers", func() bool {
-					return strings.Contains(h.status().Reason, "INITIALIZING")
+					st, _ := h.s.tracker.Status()
+					return strings.Contains(st.Reason, "INITIALIZING")
 				})
 			}
 			h.signal(tt.sig)
@@ -116,15 +117,18 @@ func TestSignalsNotForwarded(t *testing.T) {
 // stays.
 func TestRepeatedSignalsKeepTheFirstCode(t *testing.T) {
 	h := startSupervisor(t, nil, "--stay-initializing")
-	h.eventually("the proxy started", func() bool { return h.status().ProxyPID > 0 })
+	h.eventually("the proxy started", func() bool { return h.logged("proxy started") })
 	h.signal(syscall.SIGTERM)
 	h.signal(syscall.SIGTERM)
 	h.signal(syscall.SIGINT)
 	if code := h.wait(5 * time.Second); code != 143 {
 		t.Fatalf("Run = %d, want 143", code)
 	}
-	if !h.logged("already terminating") {
-		t.Error("no log of the repeated signal")
+	if n := h.countLogged("signal received"); n != 3 {
+		t.Errorf("%d signals logged, want 3", n)
+	}
+	if n := h.countLogged("stop requested"); n != 1 {
+		t.Errorf("%d stops requested, want 1", n)
 	}
 }
 

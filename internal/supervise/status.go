@@ -3,7 +3,13 @@ package supervise
 import (
 	"context"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 )
+
+// The control socket's backend (control.Backend) and the health server's
+// readiness: what the supervisor answers, all of it read from the lifecycle,
+// the tracker and the completion book.
 
 // WaitReady is GET /v1/ready. It answers for the app: can the proxy carry its
 // traffic? So it stays true during a drain, when outbound traffic still flows;
@@ -13,7 +19,7 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		st, changed := s.tracker.Status()
 		// DRAINING during our drain is our own /healthcheck/fail
 		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
-		if st.Ready || st.Reason == "DRAINING" && s.draining() {
+		if st.Ready || st.Reason == "DRAINING" && s.life.view().draining {
 			return true, ""
 		}
 		select {
@@ -24,61 +30,84 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 	}
 }
 
-func (s *Supervisor) draining() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.drain != nil
+// Complete is POST /v1/complete. The peer's own record is normally on disk
+// already (complete and exec write it before they poke); the book keeps a
+// completion that arrives by POST alone, so that it too survives a restart.
+func (s *Supervisor) Complete(peer string, code int, reason string) error {
+	_, err := s.book.Report(peer, code, reason)
+	return err
+}
+
+// Drain is POST /v1/drain, the preStop hook: start the drain if it has not
+// started, and wait for its end or ctx. A proxy that is already stopping has
+// nothing left to drain.
+func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
+	s.life.record(Event{Kind: PreStop, EverReady: s.tracker.EverReady()})
+	run := s.drain("preStop", false)
+	if run == nil {
+		return true, "the proxy is already stopping"
+	}
+	select {
+	case <-run.done:
+		return run.result.OK(), string(run.result.End)
+	case <-ctx.Done():
+		return false, "still draining when the request's wait ended"
+	}
+}
+
+// healthReady is what /healthz/ready answers: ready, and not draining or
+// stopping, since a pod on its way out must leave the endpoints.
+func (s *Supervisor) healthReady() (bool, string) {
+	st, _ := s.tracker.Status()
+	v := s.life.view()
+	switch {
+	case v.phase == Stopping || v.phase == Exited:
+		return false, v.phase.String() + ": " + v.why
+	case v.phase == Draining:
+		return false, "draining"
+	case !st.Ready:
+		return false, st.Reason
+	}
+	return true, ""
 }
 
 // Status is GET /v1/status.
 type Status struct {
-	State     string                `json:"state"`
-	ProxyPID  int                   `json:"proxy_pid"`
-	Ready     bool                  `json:"ready"`
-	Reason    string                `json:"reason,omitempty"`
-	Draining  bool                  `json:"draining"`
-	Peers     map[string]peerStatus `json:"peers"`
-	Pending   []string              `json:"pending,omitempty"`
-	Awaiting  int                   `json:"awaiting"`
-	ExitCode  *int                  `json:"exit_code,omitempty"` // once fixed
-	DecidedBy string                `json:"decided_by,omitempty"`
-	Uptime    float64               `json:"uptime_seconds"`
+	State     string                     `json:"state"`
+	ProxyPID  int                        `json:"proxy_pid"`
+	Ready     bool                       `json:"ready"`
+	Reason    string                     `json:"reason,omitempty"`
+	Draining  bool                       `json:"draining"`
+	Peers     map[string]completion.Peer `json:"peers"`
+	Pending   []string                   `json:"pending,omitempty"`
+	Awaiting  int                        `json:"awaiting"`
+	ExitCode  *int                       `json:"exit_code,omitempty"` // once fixed
+	DecidedBy string                     `json:"decided_by,omitempty"`
+	Uptime    float64                    `json:"uptime_seconds"`
 }
 
 // Status returns the supervisor's state.
 func (s *Supervisor) Status() any {
 	st, _ := s.tracker.Status()
-	peers, pending, awaiting := s.peerStatuses()
-	s.mu.Lock()
+	peers, verdict := s.book.Peers()
+	v := s.life.view()
 	out := Status{
-		ProxyPID: s.pid,
+		State:    v.phase.String(),
 		Ready:    st.Ready,
-		Draining: s.drain != nil,
+		Draining: v.draining,
 		Peers:    peers,
-		Pending:  pending,
-		Awaiting: awaiting,
+		Pending:  verdict.Pending,
+		Awaiting: verdict.Awaiting,
 		Uptime:   time.Since(s.start).Seconds(),
 	}
-	stopping := s.stopping
-	s.mu.Unlock()
+	if s.proc != nil { // nil when the records settled the job at start
+		out.ProxyPID = s.proc.Pid()
+	}
 	if !st.Ready {
 		out.Reason = st.Reason
 	}
-	switch {
-	case s.waitExit(0):
-		out.State = "exited"
-	case stopping:
-		out.State = "stopping"
-	case out.Draining:
-		out.State = "draining"
-	case st.Ready:
-		out.State = "ready"
-	default:
-		out.State = "starting"
-	}
-	if s.out.decided() {
-		code, by := s.out.get()
-		out.ExitCode, out.DecidedBy = &code, by
+	if v.decided {
+		out.ExitCode, out.DecidedBy = &v.code, v.decidedBy
 	}
 	return out
 }

@@ -18,7 +18,7 @@ func TestStatusThroughTheLifecycle(t *testing.T) {
 		c.Policy = peers.Policy{Names: []string{"job", "uploader"}}
 		healthPort = freePort(t)
 		c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
-		c.Owner.ProxyPorts = append(c.Owner.ProxyPorts, healthPort)
+		c.Owner.HealthPort = healthPort
 	}, "--init-delay", initDelay.String())
 	readyURL := fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", healthPort)
 
@@ -146,7 +146,7 @@ func TestWaitReady(t *testing.T) {
 	if ok || why == "" {
 		t.Fatalf("WaitReady of a proxy that stays initializing = %v, %q; want false with a reason", ok, why)
 	}
-	if st := h.status(); st.State != "starting" || st.Ready {
-		t.Errorf("state %q, ready %v; want starting", st.State, st.Ready)
+	if st := h.statusJSON(); st["state"] != "starting" || st["ready"] != false {
+		t.Errorf("state %v, ready %v; want starting", st["state"], st["ready"])
 	}
 }

@@ -1,13 +1,13 @@
-// Package supervise owns the proxy's lifecycle: it runs the proxy as a child
-// and, around it, an oklog/run group of actors (the reaper, signals, the
-// readiness tracker, the health server, the control socket and the completion
-// records), and it decides the supervisor's exit code.
+// Package supervise wires the supervisor together: the proxy child, the
+// readiness tracker, the completion book, the drain, the control socket and
+// the health server, run as an oklog/run group of actors around the
+// lifecycle that it owns.
 //
 // The group lives exactly as long as the proxy. Every way out (a signal, the
-// app's completion, an actor's failure) asks the proxy to stop; the proxy's
-// exit then ends the group. The exit code is fixed by the first decisive event,
-// not by the last: once every peer has succeeded, a proxy that crashes while it
-// stops still leaves 0.
+// app's completion, the failure of an actor) asks the proxy to stop, and the
+// proxy's exit ends the group. The reaper is not in the group: it outlives
+// it, so that the proxy's exit is always delivered. The exit code is fixed by
+// the first decisive event (see ExitCode), not by the last.
 package supervise
 
 import (
@@ -15,19 +15,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/oklog/run"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proxy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
@@ -35,7 +37,7 @@ import (
 type Config struct {
 	Command []string // the proxy and its arguments
 
-	Admin       *health.Admin
+	Admin       *envoy.Admin
 	StrictReady bool   // also require CDS, LDS and started workers
 	HealthAddr  string // "" disables the health server
 	ControlDir  string
@@ -50,373 +52,354 @@ type Config struct {
 	DrainTimeout         time.Duration
 	DrainInboundOnly     bool
 	DrainHealthcheckFail bool
-	Owner                portwatch.Owner // tells the app's listening sockets from the proxy's
+	Owner                portwatch.Owner // tells the app's ports and connections from the proxy's
 
 	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
-	Log *slog.Logger
+	Intervals Intervals
+	Log       *slog.Logger
+}
+
+// Intervals pace the supervisor's polls. Zero fields mean the defaults,
+// which suit production; tests shorten them so as not to wait on the clock.
+type Intervals struct {
+	TrackerStart, TrackerReady time.Duration // envoy.DefaultStartEvery, DefaultReadyEvery
+	Rescan                     time.Duration // completion.DefaultRescan
+	DrainTick, DrainStats      time.Duration // drain.DefaultTick, DefaultStatsEvery
+	DrainProgress              time.Duration // drain.DefaultProgress
 }
 
 // Supervisor runs one proxy. Use New, then Run once.
 type Supervisor struct {
 	cfg     Config
 	log     *slog.Logger
-	reaper  *reaper.Reaper
-	tracker *health.Tracker
-	records peers.Dir
+	life    *lifecycle
+	tracker *envoy.Tracker
 	scanner *portwatch.Scanner
 	m       *meters
-	sigs    chan os.Signal
 	start   time.Time
 
-	out outcome
+	envoyPorts atomic.Pointer[[]uint16] // Envoy's listeners, learned when it is ready
 
-	recMu    sync.Mutex              // serializes reading the records into the book
-	postedOK bool                    // the store of POSTed completions is usable; set before any actor runs
-	posted   map[string]peers.Record // POSTed completions of this run, guarded by recMu
-
-	mu          sync.Mutex
-	pid         int
-	envoyDied   time.Time // when a ready Envoy stopped answering, unasked
-	stopping    bool
-	stopReason  string
-	terminating bool
-	drain       *drain
-	book        book     // what the completion records say
-	envoyPorts  []uint16 // Envoy's listeners, learned when it is ready
-
-	stopOnce sync.Once
-	exited   chan struct{} // closed once the proxy has exited
+	// Set by Run before any actor or server runs, and not changed after.
+	reaper *reaper.Reaper
+	book   *completion.Book
+	proc   *proxy.Process
 }
 
-// New checks cfg and prepares the supervisor; it starts nothing.
+// New checks cfg and prepares the supervisor. It starts nothing, subscribes
+// to no signal and touches no file: all of that is Run's.
 func New(cfg Config) (*Supervisor, error) {
 	if len(cfg.Command) == 0 {
 		return nil, errors.New("no proxy command given")
 	}
-	r, err := reaper.New()
-	if err != nil {
-		return nil, err
+	if cfg.Admin == nil {
+		return nil, errors.New("no admin API given")
 	}
-	ignorePipe()
 	s := &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Log,
-		reaper:  r,
-		tracker: health.NewTracker(cfg.Admin, cfg.StrictReady),
-		records: peers.Open(cfg.ControlDir),
 		scanner: portwatch.NewScanner(cfg.Log),
 		start:   time.Now(),
-		exited:  make(chan struct{}),
-		sigs:    notifySignals(),
-		posted:  make(map[string]peers.Record),
 	}
 	s.m = newMeters(s)
+	s.life = newLifecycle(cfg.Log, s.m.setPhase)
+	s.tracker = envoy.NewTracker(cfg.Admin, envoy.TrackerConfig{
+		Strict:     cfg.StrictReady,
+		StartEvery: cfg.Intervals.TrackerStart,
+		ReadyEvery: cfg.Intervals.TrackerReady,
+		OnChange:   s.readinessChanged,
+	})
 	return s, nil
 }
 
-// StartError is a proxy that could not be started, with the code a shell
-// would exit with: 127 when it is not found, 126 when it cannot be executed.
-type StartError struct {
-	Err  error
-	Code int
-}
-
-func (e *StartError) Error() string { return e.Err.Error() }
-
-// Run supervises until the proxy has exited and returns the exit code.
+// Run supervises until the proxy has exited and returns the exit code. It
+// reads the completion records first, and returns at once, without starting
+// the proxy, when they already settle the job.
 func (s *Supervisor) Run() (int, error) {
-	// Completion records come first: a Job whose app finished before this
-	// container (re)started must end now, without a proxy.
-	if err := s.records.Create(); err != nil {
-		return 1, fmt.Errorf("completion records: %w", err)
-	}
-	s.createPosted()
-	if v := s.loadRecords("start"); v.Done {
-		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", v.Code)
-		return v.Code, nil
-	}
-
-	sock, err := control.Listen(s.cfg.ControlDir, s, s.cfg.AllowedUIDs, s.log)
+	book, err := completion.Open(completion.Config{
+		Records:     peers.Open(s.cfg.ControlDir),
+		Policy:      s.cfg.Policy,
+		AllowedUIDs: s.cfg.AllowedUIDs,
+		Rescan:      s.cfg.Intervals.Rescan,
+		Recorded:    s.m.recorded,
+		Log:         s.log,
+	})
 	if err != nil {
 		return 1, err
 	}
-	var hs *health.Server
-	if s.cfg.HealthAddr != "" {
-		if hs, err = health.Listen(s.cfg.HealthAddr, s.healthReady, s.m.reg); err != nil {
-			sock.Close()
-			return 1, err
-		}
+	s.book = book
+	// A Job whose app finished before this container (re)started must end
+	// now, without a proxy.
+	if v := book.Load("start"); v.Done {
+		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
+		code, _, _ := s.life.exitCode()
+		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", code)
+		return code, nil
 	}
 
-	exit, err := s.startProxy()
+	// Signals and SIGCHLD are subscribed before the fork: a signal that
+	// arrived between the fork and a later subscription would get Go's
+	// default action, which for SIGTERM is to exit at once and leave the
+	// proxy unsupervised.
+	sigs := subscribe()
+	defer sigs.stop()
+	if s.reaper, err = reaper.New(); err != nil {
+		return 1, err
+	}
+	sock, hs, err := s.listen()
+	if err != nil {
+		return 1, err
+	}
+	s.proc, err = proxy.Start(s.reaper, proxy.Config{
+		Command:     s.cfg.Command,
+		Quit:        func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
+		QuitGrace:   s.cfg.QuitGrace,
+		StopTimeout: s.cfg.StopTimeout,
+		Escalated:   s.m.escalated,
+		Log:         s.log,
+	})
+	if err != nil {
+		closeAll(sock, hs)
+		var se *proxy.StartError
+		errors.As(err, &se)
+		s.life.record(Event{Kind: StartFailed, Code: se.Code})
+		code, _, _ := s.life.exitCode()
+		return code, err
+	}
+	s.log.Info("proxy started", "pid", s.proc.Pid(), "command", s.cfg.Command)
+
+	stopReaper := s.reap()
+	err = s.serve(sigs, sock, hs)
+	stopReaper()
+	code, _, _ := s.life.exitCode()
+	return code, err
+}
+
+// listen binds the control socket and the health server.
+func (s *Supervisor) listen() (*control.Server, *health.Server, error) {
+	sock, err := control.Listen(s.cfg.ControlDir, s, s.cfg.AllowedUIDs, s.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.cfg.HealthAddr == "" {
+		return sock, nil, nil
+	}
+	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.m.reg)
 	if err != nil {
 		sock.Close()
-		if hs != nil {
-			hs.Close()
-		}
-		return err.(*StartError).Code, err
+		return nil, nil, err
 	}
+	return sock, hs, nil
+}
 
-	// oklog/run returns only the first actor's error; the others, from actors
-	// stopping concurrently, are collected too, so that none is lost.
+func closeAll(sock *control.Server, hs *health.Server) {
+	sock.Close()
+	if hs != nil {
+		hs.Close()
+	}
+}
+
+// reap runs the reaper until the returned function is called, which waits
+// for it to end. It runs outside the group, because the group's end must not
+// end it: the proxy's exit would then never be delivered.
+func (s *Supervisor) reap() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.reaper.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// serve runs the actors until the proxy has exited. Each actor has its own
+// context, so interrupting one ends that one alone.
+func (s *Supervisor) serve(sigs *signals, sock *control.Server, hs *health.Server) error {
+	// oklog/run returns only the first actor's error; the others, from
+	// actors stopping concurrently, are collected too, so that none is lost.
 	var (
-		errMu sync.Mutex
-		errs  *multierror.Error
+		mu   sync.Mutex
+		errs *multierror.Error
+		g    run.Group
 	)
-	var g run.Group
 	add := func(name string, execute func() error, interrupt func(error)) {
 		g.Add(func() error {
 			err := execute()
 			if err != nil {
-				// A supervisor that lost a part of itself must not exit
-				// 0 as if all went well.
-				s.out.decide(1, name+" failed")
-				errMu.Lock()
+				s.life.record(Event{Kind: ActorFailed, Actor: name})
+				mu.Lock()
 				errs = multierror.Append(errs, fmt.Errorf("%s: %w", name, err))
-				errMu.Unlock()
+				mu.Unlock()
 			}
 			return err
 		}, interrupt)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	add("reaper", func() error { return s.reaper.Run(ctx) }, func(error) { cancel() })
-	add("proxy", func() error { return s.waitProxy(exit) }, func(error) {
-		if !s.waitExit(0) { // another actor ended first
-			s.requestStop("shutting down")
+	actor := func(name string, execute func(context.Context) error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		add(name, func() error { return execute(ctx) }, func(error) { cancel() })
+	}
+
+	add("proxy", s.waitProxy, func(error) {
+		select {
+		case <-s.proc.Exited():
+		default: // another actor ended first
+			s.stop("shutting down")
 		}
 	})
-	add("signals", func() error { return s.handleSignals(ctx) }, func(error) { cancel() })
-	add("tracker", func() error { return s.tracker.Run(ctx) }, func(error) { cancel() })
-	add("readiness", func() error { return s.watchReadiness(ctx) }, func(error) { cancel() })
-	add("records", func() error { return s.watchRecords(ctx) }, func(error) { cancel() })
+	actor("signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) })
+	actor("tracker", s.tracker.Run)
+	actor("records", s.book.Watch)
+	actor("verdict", s.awaitVerdict)
 	add("control socket", sock.Serve, func(error) { sock.Close() })
 	if hs != nil {
 		add("health server", hs.Serve, func(error) { hs.Close() })
 	}
 	g.Run()
-
-	code, _ := s.out.get()
-	return code, errs.ErrorOrNil()
-}
-
-// startProxy starts the proxy in its own process group, so that a stop reaches
-// pilot-agent and the Envoy it runs together, and nothing else.
-func (s *Supervisor) startProxy() (<-chan reaper.Exit, error) {
-	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
-	// Plain files, never pipes: a pipe would need a copying goroutine that
-	// cmd.Wait ends, and nobody may call Wait here but the reaper.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	// Pdeathsig: if the supervisor itself dies (an OOM kill, a SIGKILL from
-	// outside while not PID 1), the proxy must not live on unsupervised.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	exit, err := s.reaper.Start(cmd)
-	if err != nil {
-		return nil, startError(s.cfg.Command[0], err)
-	}
-	pid := cmd.Process.Pid
-	s.mu.Lock()
-	s.pid = pid
-	s.mu.Unlock()
-	cmd.Process.Release() // the reaper watches the pid; the pidfd is not needed
-	s.log.Info("proxy started", "pid", pid, "command", s.cfg.Command)
-	s.m.setState("starting")
-	return exit, nil
-}
-
-func startError(name string, err error) *StartError {
-	code := reaper.StartCode(err)
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		err = fmt.Errorf("%s: %w", pe.Path, pe.Err)
-	}
-	return &StartError{Err: fmt.Errorf("start proxy: %w", err), Code: code}
+	return errs.ErrorOrNil()
 }
 
 // waitProxy is the actor whose end ends the group.
-func (s *Supervisor) waitProxy(ch <-chan reaper.Exit) error {
-	e := <-ch
-	s.mu.Lock()
-	pid, stopping, died := s.pid, s.stopping, s.envoyDied
-	s.mu.Unlock()
-	close(s.exited)
+func (s *Supervisor) waitProxy() error {
+	e := s.proc.Wait()
+	from, _ := s.life.move(Exited, e.String())
+	asked := from == Stopping
 	s.tracker.Gone("proxy exited")
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
-	s.m.setState("exited")
-	// Whatever the leader left behind in its group (an Envoy whose
-	// pilot-agent died) must not outlive it.
-	s.signalGroup(pid, syscall.SIGKILL)
+	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
 
-	code, why := e.Code(), "proxy exited by itself"
-	if code == 0 && !stopping && s.cfg.FailOnEnvoyDeath {
-		// pilot-agent exits 0 within milliseconds of Envoy's death, often
-		// before a tracker poll could see the admin port refuse; an exit
-		// nobody asked for is the failure this flag exists to report.
-		code, why = 1, "proxy exited 0 unasked (--fail-on-envoy-death)"
-	}
-	s.out.decide(code, why)
-	final, by := s.out.get()
-	attrs := []any{"pid", pid, "status", e.String(), "code", e.Code(), "exit_code", final, "decided_by", by}
-	if !died.IsZero() && !stopping {
-		attrs = append(attrs, "envoy_died_at", died.Format(time.RFC3339Nano))
+	v := s.life.view()
+	attrs := []any{"pid", s.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
+	if !v.envoyDown.IsZero() && !asked {
+		attrs = append(attrs, "envoy_died_at", v.envoyDown.Format(time.RFC3339Nano))
 	}
 	s.log.Info("proxy exited", attrs...)
-	s.mu.Lock()
-	settledAt := s.book.settledAt
-	s.mu.Unlock()
-	if !settledAt.IsZero() {
-		s.m.completionTo.Set(time.Since(settledAt).Seconds())
+	if at := s.book.SettledAt(); !at.IsZero() {
+		s.m.completionTo.Set(time.Since(at).Seconds())
 	}
 	return nil
 }
 
-// requestStop starts the stop sequence once; later requests only log.
-func (s *Supervisor) requestStop(why string) {
-	first := false
-	s.stopOnce.Do(func() {
-		first = true
-		s.mu.Lock()
-		s.stopping, s.stopReason = true, why
-		s.mu.Unlock()
-		go s.stopProxy(why)
-	})
-	if !first {
-		s.log.Debug("stop already requested", "reason", why)
+// stop moves to Stopping and starts the proxy's stop sequence, once.
+func (s *Supervisor) stop(why string) {
+	if _, ok := s.life.move(Stopping, why); !ok {
+		return
 	}
-}
-
-// stopProxy asks the proxy to go, then makes it. /quitquitquit lets Envoy exit
-// at once and pilot-agent follow without its own drain; SIGTERM to the group
-// covers a proxy whose admin API is gone; SIGKILL covers one that hangs.
-func (s *Supervisor) stopProxy(why string) {
 	s.log.Info("stop requested", "reason", why)
-	s.m.setState("stopping")
-	deadline := time.Now().Add(s.cfg.StopTimeout)
-	grace := min(s.cfg.QuitGrace, s.cfg.StopTimeout)
-
-	quitAt := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	err := s.cfg.Admin.Post(ctx, "/quitquitquit")
-	cancel()
-	if err != nil {
-		s.log.Info("admin /quitquitquit failed; signalling instead", "err", err)
-	}
-	if s.waitExit(time.Until(quitAt.Add(grace))) {
-		return
-	}
-	pid := s.proxyPid()
-	s.log.Info("escalated to SIGTERM", "pgid", pid)
-	s.signalGroup(pid, syscall.SIGTERM)
-	if s.waitExit(time.Until(deadline)) {
-		return
-	}
-	s.log.Warn("escalated to SIGKILL", "pgid", pid, "stop_timeout", s.cfg.StopTimeout)
-	s.m.sigkills.Inc()
-	s.signalGroup(pid, syscall.SIGKILL)
+	s.proc.Stop(why)
 }
 
-// signalGroup signals the proxy's process group. A group that is already gone
-// is not an error: the proxy may exit between any two steps.
-func (s *Supervisor) signalGroup(pid int, sig syscall.Signal) {
-	if pid <= 0 {
-		return // kill(0) or kill(-1) would signal ourselves or everyone
-	}
-	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		s.log.Warn("signal proxy group", "pgid", pid, "signal", sig, "err", err)
-	}
-}
-
-// requestStopNow kills the proxy's group without asking, whatever stop is
-// already under way.
-func (s *Supervisor) requestStopNow(why string) {
-	s.mu.Lock()
-	s.stopping, s.stopReason = true, why
-	pid := s.pid
-	s.mu.Unlock()
-	s.log.Warn("killing the proxy's group at once", "reason", why, "pgid", pid)
-	s.signalGroup(pid, syscall.SIGKILL)
-}
-
-func (s *Supervisor) waitExit(d time.Duration) bool {
-	if d <= 0 {
-		select {
-		case <-s.exited:
-			return true
-		default:
-			return false
-		}
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+// awaitVerdict acts once the completion records settle the job: the exit
+// code is fixed and the proxy stopped, except for a native sidecar, whose
+// end is the kubelet's SIGTERM. It then waits for the group's end, since its
+// own end would end the group.
+func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 	select {
-	case <-s.exited:
-		return true
-	case <-t.C:
-		return false
+	case <-s.book.Settled():
+	case <-ctx.Done():
+		return nil
 	}
+	v := s.book.Verdict()
+	why := "every peer succeeded"
+	if v.Failed != "" {
+		why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
+	}
+	if v.Done {
+		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
+		s.stop(why)
+	} else {
+		s.log.Info("peers completed; a native sidecar waits for SIGTERM", "reason", why)
+	}
+	<-ctx.Done()
+	return nil
 }
 
-func (s *Supervisor) proxyPid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pid
-}
-
-// healthReady is what /healthz/ready answers: ready, and not draining or
-// stopping, since a pod on its way out must leave the endpoints.
-func (s *Supervisor) healthReady() (bool, string) {
-	st, _ := s.tracker.Status()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// readinessChanged is the tracker's OnChange: it moves the lifecycle to
+// Ready the first time the proxy is ready, and logs and counts every change
+// of readiness. The tracker calls it before it wakes anyone waiting for
+// readiness, so that a SIGTERM or a status request that follows /v1/ready
+// finds the lifecycle in Ready.
+func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
+	if now.Ready == old.Ready {
+		return
+	}
+	s.m.readyChanged(now.Ready)
 	switch {
-	case s.stopping:
-		return false, "stopping: " + s.stopReason
-	case s.drain != nil:
-		return false, "draining"
-	case !st.Ready:
-		return false, st.Reason
+	case first:
+		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
+		// Refused, and logged, when a drain or a stop came first.
+		s.life.move(Ready, "admin API says "+now.Reason)
+		go s.learnEnvoyPorts()
+	case now.Ready:
+		s.log.Info("proxy ready again")
+	default:
+		if now.Down {
+			s.life.noteEnvoyDown(time.Now())
+		}
+		if s.life.view().phase < Stopping {
+			s.log.Warn("proxy not ready", "reason", now.Reason)
+		} else {
+			s.log.Info("proxy no longer ready", "reason", now.Reason)
+		}
 	}
-	return true, ""
 }
 
-// watchReadiness logs and counts every change the tracker publishes.
-func (s *Supervisor) watchReadiness(ctx context.Context) error {
-	was, seen := false, false
-	for {
-		st, changed := s.tracker.Status()
-		if st.Ready != was {
-			s.m.readyChanges.Inc()
-			if st.Ready {
-				s.m.ready.Set(1)
-				if !seen {
-					seen = true
-					s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
-					s.m.setState("ready")
-					go s.learnEnvoyPorts(ctx)
-				} else {
-					s.log.Info("proxy ready again")
-				}
-			} else {
-				s.m.ready.Set(0)
-				s.mu.Lock()
-				stopping := s.stopping
-				if !stopping && s.envoyDied.IsZero() && st.Down {
-					s.envoyDied = time.Now()
-				}
-				s.mu.Unlock()
-				if stopping {
-					s.log.Info("proxy no longer ready", "reason", st.Reason)
-				} else {
-					s.log.Warn("proxy not ready", "reason", st.Reason)
-				}
-			}
-			was = st.Ready
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil
-		}
+// learnEnvoyPorts remembers the ports of Envoy's listeners once it is ready,
+// so that a drain knows them even if the admin API is slow by then.
+func (s *Supervisor) learnEnvoyPorts() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ports, err := s.cfg.Admin.ListenerPorts(ctx)
+	if err != nil {
+		s.log.Warn("admin /listeners failed; Envoy's ports will be read at drain", "err", err)
+		return
 	}
+	s.envoyPorts.Store(&ports)
+}
+
+// drain starts the termination's drain, or joins the one under way, and
+// returns it; nil when the proxy is already stopping. With thenStop the
+// proxy stops when the drain ends.
+func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
+	run, isNew, stopOwner := s.life.beginDrain(trigger, thenStop)
+	if run == nil {
+		return nil
+	}
+	if isNew {
+		go s.runDrain(run, trigger)
+	} else {
+		s.log.Info("drain already started", "trigger", trigger)
+	}
+	if stopOwner {
+		go func() {
+			<-run.done
+			s.stop(trigger)
+		}()
+	}
+	return run
+}
+
+func (s *Supervisor) runDrain(run *drainRun, trigger string) {
+	var learned []uint16
+	if p := s.envoyPorts.Load(); p != nil {
+		learned = *p
+	}
+	run.result = drain.Run(drain.Config{
+		Admin:           s.cfg.Admin,
+		Scanner:         s.scanner,
+		Owner:           s.cfg.Owner,
+		Min:             s.cfg.DrainMin,
+		Timeout:         s.cfg.DrainTimeout,
+		InboundOnly:     s.cfg.DrainInboundOnly,
+		HealthcheckFail: s.cfg.DrainHealthcheckFail,
+		Tick:            s.cfg.Intervals.DrainTick,
+		StatsEvery:      s.cfg.Intervals.DrainStats,
+		Progress:        s.cfg.Intervals.DrainProgress,
+		Log:             s.log.With("trigger", trigger),
+	}, learned, s.book.Settled())
+	s.m.drained(run.result)
+	close(run.done)
 }

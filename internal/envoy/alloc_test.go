@@ -1,4 +1,4 @@
-package health
+package envoy
 
 // The tracker polls a starting proxy a hundred times a second; what each
 // poll leaves for the collector is most of the supervisor's idle memory.

@@ -1,12 +1,12 @@
-// Package health owns what the supervisor knows about the proxy's health: a
-// client of Envoy's admin API, the readiness tracker that polls it, and the TCP
-// health server that the kubelet probes.
+// Package envoy is the supervisor's view of Envoy: a client of its admin API
+// (readiness, drain, stop, connection counts, listener ports) and the
+// readiness tracker that polls it.
 //
 // Readiness is never remembered: the tracker's state is at most one poll old,
 // and a proxy that dies or stops answering stops being ready at the next poll.
 // pilot-agent caches its first success, so its status port says ready after
 // Envoy is gone; this package exists so that ours cannot.
-package health
+package envoy
 
 import (
 	"bufio"

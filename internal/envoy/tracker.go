@@ -1,4 +1,4 @@
-package health
+package envoy
 
 import (
 	"context"
@@ -9,13 +9,31 @@ import (
 	"time"
 )
 
-// Poll intervals: fast while the proxy starts, so that readiness is noticed
-// within milliseconds, and once a second when ready, which bounds how stale a
-// ready answer can be.
+// Default poll intervals: fast while the proxy starts, so that readiness is
+// noticed within milliseconds, and once a second when ready, which bounds how
+// stale a ready answer can be.
 const (
-	StartInterval = 10 * time.Millisecond
-	ReadyInterval = time.Second
+	DefaultStartEvery = 10 * time.Millisecond
+	DefaultReadyEvery = time.Second
 )
+
+// TrackerConfig is how a Tracker polls.
+type TrackerConfig struct {
+	// Strict: LIVE is not enough. Like pilot-agent, also want CDS and LDS
+	// to have been applied and the workers started, because an Envoy fed
+	// by xDS reaches LIVE without any config once its initial fetch times
+	// out.
+	Strict bool
+	// StartEvery and ReadyEvery are the poll intervals before and after
+	// readiness; zero means the defaults.
+	StartEvery, ReadyEvery time.Duration
+	// OnChange, if set, is told of every change, with the status before
+	// it and whether this is the first time the proxy is ready. It is
+	// called in order, before anyone waiting on the change is woken, so
+	// that what it updates is current for them; it must not call the
+	// Tracker.
+	OnChange func(old, now Status, first bool)
+}
 
 // Status is what the tracker last saw.
 type Status struct {
@@ -26,8 +44,8 @@ type Status struct {
 
 // Tracker polls the admin API and publishes every change of readiness.
 type Tracker struct {
-	admin  *Admin
-	strict bool
+	admin *Admin
+	cfg   TrackerConfig
 
 	mu      sync.Mutex
 	status  Status
@@ -36,14 +54,18 @@ type Tracker struct {
 	ever    bool          // it has been ready once
 }
 
-// NewTracker returns a tracker of the proxy behind admin. With strict, LIVE is
-// not enough: like pilot-agent it also wants CDS and LDS to have been applied
-// and the workers started, because an Envoy fed by xDS reaches LIVE without any
-// config once its initial fetch times out.
-func NewTracker(admin *Admin, strict bool) *Tracker {
+// NewTracker returns a tracker of the proxy behind admin. It polls nothing
+// until Run.
+func NewTracker(admin *Admin, cfg TrackerConfig) *Tracker {
+	if cfg.StartEvery <= 0 {
+		cfg.StartEvery = DefaultStartEvery
+	}
+	if cfg.ReadyEvery <= 0 {
+		cfg.ReadyEvery = DefaultReadyEvery
+	}
 	return &Tracker{
 		admin:   admin,
-		strict:  strict,
+		cfg:     cfg,
 		status:  Status{Reason: "proxy starting"},
 		changed: make(chan struct{}),
 	}
@@ -66,21 +88,6 @@ func (t *Tracker) EverReady() bool {
 	return t.ever
 }
 
-// WaitReady blocks until the proxy is ready or ctx ends.
-func (t *Tracker) WaitReady(ctx context.Context) bool {
-	for {
-		st, changed := t.Status()
-		if st.Ready {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
 // Gone records that the proxy exited, with why. It is final: readiness is
 // withdrawn at once rather than at the next failed poll.
 func (t *Tracker) Gone(why string) {
@@ -99,8 +106,12 @@ func (t *Tracker) set(s Status) {
 	if s == t.status {
 		return
 	}
+	old, first := t.status, s.Ready && !t.ever
 	t.ever = t.ever || s.Ready
 	t.status = s
+	if t.cfg.OnChange != nil {
+		t.cfg.OnChange(old, s, first)
+	}
 	close(t.changed)
 	t.changed = make(chan struct{})
 }
@@ -127,22 +138,22 @@ func (t *Tracker) Run(ctx context.Context) error {
 		}
 		t.set(s)
 		if s.Ready {
-			timer.Reset(ReadyInterval)
+			timer.Reset(t.cfg.ReadyEvery)
 		} else {
-			timer.Reset(StartInterval)
+			timer.Reset(t.cfg.StartEvery)
 		}
 	}
 }
 
 func (t *Tracker) poll(ctx context.Context) Status {
 	// A poll must end before the next one is due, so that a ready answer is
-	// never older than ReadyInterval.
+	// never older than ReadyEvery.
 	if st, _ := t.Status(); st.Down {
 		if bound, err := t.admin.Bound(ctx); err == nil && !bound {
 			return st
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, ReadyInterval*9/10)
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.ReadyEvery*9/10)
 	defer cancel()
 	state, ready, err := t.admin.ServerState(ctx)
 	switch {
@@ -155,7 +166,7 @@ func (t *Tracker) poll(ctx context.Context) Status {
 	case !ready:
 		return Status{Reason: state}
 	}
-	if t.strict {
+	if t.cfg.Strict {
 		if why := t.configured(ctx); why != "" {
 			return Status{Reason: why}
 		}

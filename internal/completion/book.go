@@ -1,0 +1,329 @@
+// Package completion keeps the supervisor's book of what the app containers
+// (peers) have reported, and the verdict that the restart policy draws from
+// it.
+//
+// The book merges three stores, each name's latest record winning: the
+// peers' own records on disk (peers/<name>), the completions that came by
+// POST alone and were kept on disk by the supervisor (peers/.posted/<name>),
+// and those it could not keep there (in memory, for this run only). It reads
+// them at start, on every poke, whenever a running peer's lock is released,
+// and on a periodic rescan that backs the others up.
+package completion
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+)
+
+// DefaultRescan is how often the records are read without a poke. Pokes and
+// lock releases are the fast path; the rescan only backs them up, for a
+// record written while no supervisor was listening to a poke.
+const DefaultRescan = time.Second
+
+// Config is a book's store and policy.
+type Config struct {
+	Records peers.Dir
+	Policy  peers.Policy
+	// AllowedUIDs, when set, are the uids whose records count.
+	AllowedUIDs []uint32
+	// Rescan is how often Watch reads the records; zero means DefaultRescan.
+	Rescan time.Duration
+	// Recorded, if set, is told of every final record the book sees for the
+	// first time (for metrics).
+	Recorded func(peers.Record)
+	Log      *slog.Logger
+}
+
+// Book is the merged view of the records. Its methods are safe for
+// concurrent use; one mutex serializes the reads of the stores and guards
+// what they found, so a slow read never replaces the book with something
+// older than a faster one stored.
+type Book struct {
+	cfg    Config
+	posted peers.Dir
+	kept   bool // posted completions can be kept on disk
+
+	mu        sync.Mutex
+	recs      map[string]peers.Record
+	verdict   peers.Verdict
+	memory    map[string]peers.Record // POSTed completions of this run
+	skipped   map[string]bool         // unreadable records already logged
+	settled   chan struct{}           // closed when the verdict first settles
+	settledAt time.Time
+}
+
+// Open creates the records directory (and the control dir, if missing) and
+// the store of posted completions, then returns the book; it reads nothing
+// yet. A peer can plant something where the posted store goes (peers/ is
+// writable by all); completions that come by POST alone then still count for
+// this run, but are not kept, rather than the supervisor failing to start.
+func Open(cfg Config) (*Book, error) {
+	if cfg.Rescan <= 0 {
+		cfg.Rescan = DefaultRescan
+	}
+	if err := cfg.Records.Create(); err != nil {
+		return nil, fmt.Errorf("completion records: %w", err)
+	}
+	b := &Book{
+		cfg:     cfg,
+		posted:  cfg.Records.Posted(),
+		memory:  make(map[string]peers.Record),
+		skipped: make(map[string]bool),
+		settled: make(chan struct{}),
+	}
+	if err := b.posted.CreatePrivate(); err != nil {
+		cfg.Log.Warn("completions that come by POST alone will not survive a restart", "err", err)
+	} else {
+		b.kept = true
+	}
+	return b, nil
+}
+
+// Settled is closed once the records settle the policy: every expected peer
+// succeeded, or a failure ended it.
+func (b *Book) Settled() <-chan struct{} { return b.settled }
+
+// Verdict is the verdict of the last read.
+func (b *Book) Verdict() peers.Verdict {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.verdict
+}
+
+// SettledAt is when the verdict first settled, or zero.
+func (b *Book) SettledAt() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settledAt
+}
+
+// Load reads every store, merges them and applies the policy. why says what
+// prompted the read, for the logs.
+func (b *Book) Load(why string) peers.Verdict {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.load(why)
+}
+
+func (b *Book) load(why string) peers.Verdict {
+	recs, errs := b.cfg.Records.Load(b.cfg.AllowedUIDs)
+	if b.kept {
+		posted, perrs := b.posted.Load([]uint32{uint32(os.Geteuid())})
+		for name, r := range posted {
+			recs[name] = latest(recs[name], r)
+		}
+		errs = append(errs, perrs...)
+	}
+	for name, r := range b.memory {
+		recs[name] = latest(recs[name], r)
+	}
+	b.logSkipped(errs)
+	return b.store(recs, why)
+}
+
+// Report applies a completion that a peer reported over the socket, after
+// checking it: an error means bad input, and changes nothing. Only
+// the peer's own record is read: a poke must not cost a read of every
+// record, or a thousand peers reporting at once cost a million reads. That
+// record normally says the same, having been written before the poke;
+// otherwise the report came by POST alone and is kept in the posted store.
+// A report that settles the verdict is confirmed by a full read, since
+// another peer's exec may have marked a new run since the last one, and a
+// record from its earlier run must not end it.
+func (b *Book) Report(peer string, code int, reason string) (peers.Verdict, error) {
+	r, err := b.check(peer, code, reason)
+	if err != nil {
+		return peers.Verdict{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok, err := b.cfg.Records.Get(r.Name, b.cfg.AllowedUIDs)
+	if err != nil {
+		b.cfg.Log.Warn("completion record skipped", "err", err)
+	}
+	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
+		b.keep(r)
+		d = r
+	}
+	recs := maps.Clone(b.recs)
+	if recs == nil {
+		recs = make(map[string]peers.Record)
+	}
+	recs[r.Name] = latest(recs[r.Name], d)
+	why := "poke from " + r.Name
+	if b.cfg.Policy.Decide(recs).Settled {
+		return b.load(why), nil
+	}
+	return b.store(recs, why), nil
+}
+
+// check turns a report into a record: the name must be one the policy
+// accepts, the reason one a client may give (lost is the supervisor's to
+// conclude), the code 0 to 255.
+func (b *Book) check(peer string, code int, reason string) (peers.Record, error) {
+	if err := b.cfg.Policy.Accepts(peer); err != nil {
+		return peers.Record{}, err
+	}
+	r := peers.Record{Name: peer, ExitCode: code, Reason: peers.Reason(reason), Time: time.Now()}
+	switch r.Reason {
+	case "":
+		r.Reason = peers.Exited
+	case peers.Exited, peers.Signaled, peers.NotReady:
+	default:
+		return peers.Record{}, fmt.Errorf("reason %q: want exited, signaled or not-ready", reason)
+	}
+	if err := r.Validate(); err != nil {
+		return peers.Record{}, err
+	}
+	return r, nil
+}
+
+// keep stores a completion that came by POST alone: in memory, so that
+// every later read counts it whether or not the disk could keep it, and on
+// disk, so that it survives a restart of the proxy container.
+func (b *Book) keep(r peers.Record) {
+	b.memory[r.Name] = r
+	if !b.kept {
+		b.cfg.Log.Warn("completion came by POST alone and is not kept on disk", "peer", r.Name)
+		return
+	}
+	if err := b.posted.Write(r); err != nil {
+		// It still counts for this run; it just would not survive a
+		// restart.
+		b.cfg.Log.Warn("could not keep a posted completion on disk", "peer", r.Name, "err", err)
+	}
+}
+
+// store replaces the book with recs, logs what changed and settles the
+// verdict. The caller holds mu.
+func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
+	v := b.cfg.Policy.Decide(recs)
+	old := b.recs
+	b.recs, b.verdict = recs, v
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		r := recs[name]
+		r.Name = name
+		if o, ok := old[name]; ok && o.Running == r.Running && o.ExitCode == r.ExitCode && o.Reason == r.Reason && o.Time.Equal(r.Time) {
+			continue
+		}
+		if r.Running {
+			b.cfg.Log.Info("peer running", "peer", name, "seen_at", why)
+			continue
+		}
+		b.cfg.Log.Info("peer completed", "peer", name, "exit_code", r.ExitCode, "reason", r.Reason, "seen_at", why)
+		if b.cfg.Recorded != nil {
+			b.cfg.Recorded(r)
+		}
+		if r.Failed() && b.cfg.Policy.Wait {
+			b.cfg.Log.Warn("peer failed; keeping the proxy for its restart (--on-peer-failure=wait)", "peer", name, "exit_code", r.ExitCode)
+		}
+	}
+	if v.Settled && b.settledAt.IsZero() {
+		b.settledAt = time.Now()
+		close(b.settled)
+	}
+	return v
+}
+
+// logSkipped logs each unreadable record once, not on every rescan. The
+// caller holds mu.
+func (b *Book) logSkipped(errs []error) {
+	seen := b.skipped
+	b.skipped = make(map[string]bool, len(errs))
+	for _, err := range errs {
+		msg := err.Error()
+		b.skipped[msg] = true
+		if !seen[msg] {
+			b.cfg.Log.Warn("completion record skipped", "err", err)
+		}
+	}
+}
+
+func latest(a, b peers.Record) peers.Record {
+	if b.Time.After(a.Time) {
+		return b
+	}
+	return a
+}
+
+// Watch reads the records on every rescan and whenever a running peer's
+// lock is released, until ctx ends: an exec killed with its app
+// (memory.oom.group) writes nothing, and the released lock is the only sign
+// of it.
+func (b *Book) Watch(ctx context.Context) error {
+	t := time.NewTicker(b.cfg.Rescan)
+	defer t.Stop()
+	watching := make(map[string]bool)
+	released := make(chan string)
+	for {
+		for _, name := range b.running() {
+			if watching[name] {
+				continue
+			}
+			watching[name] = true
+			go func() {
+				if err := b.cfg.Records.WatchLost(ctx, name); err != nil && ctx.Err() == nil {
+					b.cfg.Log.Warn("watching a running peer's lock", "peer", name, "err", err)
+				}
+				select {
+				case released <- name:
+				case <-ctx.Done():
+				}
+			}()
+		}
+		why := "rescan"
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-released:
+			delete(watching, name)
+			why = "lock released by " + name
+		case <-t.C:
+		}
+		b.Load(why)
+	}
+}
+
+func (b *Book) running() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var names []string
+	for name, r := range b.recs {
+		if r.Running {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// Peer is one peer as the book sees it, for the supervisor's status.
+type Peer struct {
+	Running  bool      `json:"running"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// Peers returns every peer with a record, and the verdict.
+func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]Peer, len(b.recs))
+	for name, r := range b.recs {
+		p := Peer{Running: r.Running, Time: r.Time}
+		if !r.Running {
+			code := r.ExitCode
+			p.ExitCode, p.Reason = &code, string(r.Reason)
+		}
+		out[name] = p
+	}
+	return out, b.verdict
+}

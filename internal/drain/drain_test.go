@@ -1,0 +1,297 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
+)
+
+// fakeAdmin is an admin API whose answers the test sets. With silent it
+// accepts every call and never answers, as an Envoy whose admin loop hangs.
+type fakeAdmin struct {
+	mu        sync.Mutex
+	conns     int
+	refused   bool
+	silent    bool
+	failPosts int // /drain_listeners fails this many times first
+	posts     []string
+	excluded  []uint16
+}
+
+func (a *fakeAdmin) Post(ctx context.Context, path string, flags ...string) error {
+	a.mu.Lock()
+	silent := a.silent
+	a.posts = append(a.posts, path)
+	fail := path == "/drain_listeners" && a.failPosts > 0
+	if fail {
+		a.failPosts--
+	}
+	a.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if fail {
+		return errors.New("busy")
+	}
+	return nil
+}
+
+func (a *fakeAdmin) ActiveConnections(ctx context.Context, exclude []uint16) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.excluded = exclude
+	switch {
+	case a.silent:
+		a.mu.Unlock()
+		<-ctx.Done()
+		a.mu.Lock()
+		return 0, ctx.Err()
+	case a.refused:
+		return 0, syscall.ECONNREFUSED
+	}
+	return a.conns, nil
+}
+
+func (a *fakeAdmin) ListenerPorts(ctx context.Context) ([]uint16, error) {
+	a.mu.Lock()
+	silent := a.silent
+	a.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return []uint16{15006}, nil
+}
+
+func (a *fakeAdmin) set(fn func(a *fakeAdmin)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn(a)
+}
+
+// fakeScanner lists the app's listening ports the test sets.
+type fakeScanner struct {
+	mu    sync.Mutex
+	ports []uint16
+}
+
+func (s *fakeScanner) Listening() ([]portwatch.Socket, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []portwatch.Socket
+	for _, p := range s.ports {
+		out = append(out, portwatch.Socket{Addr: netip.AddrPortFrom(netip.IPv4Unspecified(), p), UID: 1000})
+	}
+	return out, nil
+}
+
+func (s *fakeScanner) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ports = nil
+}
+
+// fakeClock moves only when the test says so.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func config(a *fakeAdmin, s *fakeScanner, clock *fakeClock) Config {
+	c := Config{
+		Admin:   a,
+		Scanner: s,
+		Owner:   portwatch.Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: -1},
+		Min:     5 * time.Second,
+		Timeout: 20 * time.Second,
+		Tick:    time.Millisecond,
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if clock != nil {
+		c.Now = clock.Now
+	}
+	return c
+}
+
+// start runs a drain in the background and returns its result's channel.
+func start(cfg Config, settled <-chan struct{}) <-chan Result {
+	out := make(chan Result, 1)
+	go func() { out <- Run(cfg, nil, settled) }()
+	return out
+}
+
+func within(t *testing.T, ch <-chan Result, d time.Duration) Result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("the drain did not end within %v", d)
+		return Result{}
+	}
+}
+
+// posted waits until the drain has posted n times: it has read its clock
+// and started.
+func (a *fakeAdmin) posted(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		got := len(a.posts)
+		a.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("posted %d times; want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func ended(ch <-chan Result) bool {
+	select {
+	case r := <-ch:
+		panic("ended early: " + string(r.End))
+	default:
+		return false
+	}
+}
+
+func TestDrainedOnlyAfterMinAndWhenAppAndEnvoyAreDone(t *testing.T) {
+	a, s, clock := &fakeAdmin{conns: 2}, &fakeScanner{ports: []uint16{8080}}, &fakeClock{now: time.Unix(0, 0)}
+	res := start(config(a, s, clock), nil)
+	a.posted(t, 1)
+	time.Sleep(20 * time.Millisecond) // some ticks, while the app listens
+	clock.advance(6 * time.Second)    // past Min
+	s.close()
+	time.Sleep(20 * time.Millisecond) // the app is gone; Envoy still holds 2
+	ended(res)
+	a.set(func(a *fakeAdmin) { a.conns = 0 })
+	clock.advance(DefaultStatsEvery) // Envoy is asked again
+	r := within(t, res, 5*time.Second)
+	if r.End != Drained || !r.OK() {
+		t.Fatalf("end %q", r.End)
+	}
+	if want := 6*time.Second + DefaultStatsEvery; r.Took != want {
+		t.Errorf("took %v by the drain's clock, want %v", r.Took, want)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.posts) == 0 || a.posts[0] != "/drain_listeners" {
+		t.Errorf("posts %v; want /drain_listeners first", a.posts)
+	}
+	for _, p := range []uint16{15000, 15022, 15021, 15090} {
+		found := false
+		for _, e := range a.excluded {
+			found = found || e == p
+		}
+		if !found {
+			t.Errorf("port %d's connections hold the drain (excluded %v)", p, a.excluded)
+		}
+	}
+}
+
+func TestDrainWaitsForMinThoughAllIsDone(t *testing.T) {
+	a, s, clock := &fakeAdmin{}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	res := start(config(a, s, clock), nil)
+	a.posted(t, 1)
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	clock.advance(5 * time.Second)
+	if r := within(t, res, 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+func TestDrainTimesOutWhileTheAppListens(t *testing.T) {
+	a, s, clock := &fakeAdmin{}, &fakeScanner{ports: []uint16{8080}}, &fakeClock{now: time.Unix(0, 0)}
+	res := start(config(a, s, clock), nil)
+	a.posted(t, 1)
+	clock.advance(19 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	clock.advance(time.Second)
+	r := within(t, res, 5*time.Second)
+	if r.End != TimedOut || r.OK() {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+func TestRefusingAdminHasNoConnections(t *testing.T) {
+	a, s := &fakeAdmin{refused: true, conns: 7}, &fakeScanner{}
+	cfg := config(a, s, nil)
+	cfg.Min = 0
+	if r := within(t, start(cfg, nil), 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+func TestSettledPeersEndTheDrainAtOnce(t *testing.T) {
+	a, s := &fakeAdmin{}, &fakeScanner{ports: []uint16{8080}}
+	settled := make(chan struct{})
+	res := start(config(a, s, nil), settled)
+	close(settled)
+	if r := within(t, res, 5*time.Second); r.End != PeersCompleted || !r.OK() {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+func TestDrainListenersIsRetriedUntilAccepted(t *testing.T) {
+	a, s := &fakeAdmin{failPosts: 2, conns: 1}, &fakeScanner{}
+	cfg := config(a, s, nil)
+	cfg.Progress = 5 * time.Millisecond
+	res := start(cfg, nil)
+	a.posted(t, 3)
+	time.Sleep(50 * time.Millisecond) // further progress periods
+	a.mu.Lock()
+	n := len(a.posts)
+	a.mu.Unlock()
+	if n != 3 {
+		t.Errorf("/drain_listeners posted %d times; want 3 (two failures, then once accepted)", n)
+	}
+	ended(res)
+}
+
+// An admin API that accepts and never answers must not carry the drain
+// past its bound: each call is cut at the drain's deadline. (Each tick once
+// made two 500 ms calls before it looked at the deadline, and a 3.6 s bound
+// ended after 4.5 s.)
+func TestSilentAdminDoesNotOverrunTheBound(t *testing.T) {
+	for _, timeout := range []time.Duration{300 * time.Millisecond, 1100 * time.Millisecond} {
+		a, s := &fakeAdmin{silent: true}, &fakeScanner{}
+		cfg := config(a, s, nil)
+		cfg.Min, cfg.Timeout = 0, timeout
+		began := time.Now()
+		r := within(t, start(cfg, nil), timeout+5*time.Second)
+		took := time.Since(began)
+		if r.End != TimedOut {
+			t.Fatalf("end %q", r.End)
+		}
+		if over := took - timeout; over > 50*time.Millisecond {
+			t.Errorf("a %v drain took %v: %v past its bound", timeout, took, over)
+		}
+	}
+}

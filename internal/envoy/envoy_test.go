@@ -1,0 +1,238 @@
+package envoy
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+)
+
+func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
+	t.Helper()
+	if o.AdminAddr == "" {
+		o.AdminAddr = "127.0.0.1:0"
+	}
+	e, err := fakeenvoy.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	a, err := NewAdmin("http://" + e.AdminAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, a
+}
+
+// track runs a tracker of a until the test ends. Once ready it polls every
+// 50 ms rather than every second, so that the tests do not wait on the clock.
+func track(t *testing.T, a *Admin, strict bool) *Tracker {
+	tr, _ := trackDone(t, a, strict)
+	return tr
+}
+
+// trackDone is track, with a channel closed when the tracker's Run returns.
+func trackDone(t *testing.T, a *Admin, strict bool) (*Tracker, <-chan struct{}) {
+	t.Helper()
+	tr := NewTracker(a, TrackerConfig{Strict: strict, ReadyEvery: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return tr, done
+}
+
+// waitStatus waits (bounded) for a status that satisfies ok, by subscription.
+func waitStatus(t *testing.T, tr *Tracker, d time.Duration, ok func(Status) bool) Status {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		st, changed := tr.Status()
+		if ok(st) {
+			return st
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("status never matched within %v; last %+v", d, st)
+		}
+	}
+}
+
+func TestTrackerPhases(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   fakeenvoy.Options
+		before string // the reason seen before LIVE
+	}{
+		{"not bound", fakeenvoy.Options{BindDelay: 300 * time.Millisecond}, "admin API refuses connections"},
+		{"bound but silent", fakeenvoy.Options{SilentFor: 1500 * time.Millisecond}, "admin API does not answer"},
+		{"pre-initializing", fakeenvoy.Options{InitDelay: 600 * time.Millisecond}, "PRE_INITIALIZING"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, a := startEnvoy(t, tt.opts)
+			tr := track(t, a, false)
+			waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Reason == tt.before && !s.Ready })
+			st := waitStatus(t, tr, 10*time.Second, func(s Status) bool { return s.Ready })
+			if st.Reason != "LIVE" {
+				t.Fatalf("ready with reason %q", st.Reason)
+			}
+		})
+	}
+}
+
+// 503 -> 200 -> 503: a success is never remembered.
+func TestTrackerNoticesDeath(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{InitDelay: 100 * time.Millisecond})
+	tr := track(t, a, false)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	e.Close()
+	st := waitStatus(t, tr, 3*time.Second, func(s Status) bool { return !s.Ready })
+	if !st.Down {
+		t.Fatalf("a closed admin port should read as down: %+v", st)
+	}
+}
+
+func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{})
+	tr := track(t, a, false)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	if err := a.Post(context.Background(), "/healthcheck/fail"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Reason == "DRAINING" })
+	if err := a.Post(context.Background(), "/healthcheck/ok"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
+	e.SetSilent(true)
+	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return s.Reason == "admin API does not answer" })
+}
+
+func TestTrackerGoneIsFinal(t *testing.T) {
+	_, a := startEnvoy(t, fakeenvoy.Options{})
+	tr, done := trackDone(t, a, false)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	tr.Gone("proxy exited")
+	// Run ends at its next poll once the proxy is gone; no later poll can
+	// make it ready again.
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tracker still polls after Gone")
+	}
+	if st, _ := tr.Status(); st.Ready || st.Reason != "proxy exited" {
+		t.Fatalf("after Gone: %+v", st)
+	}
+}
+
+func TestStrictReadiness(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{StayInitializing: true})
+	tr := track(t, a, true)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Reason == "INITIALIZING" || s.Reason == "PRE_INITIALIZING" })
+	e.SetState(fakeenvoy.Live)
+	st := waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	if st.Reason != "LIVE" {
+		t.Fatal(st)
+	}
+}
+
+func TestSumActive(t *testing.T) {
+	stats := map[string]uint64{
+		"listener.0.0.0.0_15006.downstream_cx_active":          3,
+		"listener.0.0.0.0_15006.worker_0.downstream_cx_active": 2,
+		"listener.0.0.0.0_15006.worker_1.downstream_cx_active": 1,
+		"listener.0.0.0.0_15001.downstream_cx_active":          4,
+		"listener.[__]_8443.downstream_cx_active":              1,
+		"listener.admin.downstream_cx_active":                  7,
+		"listener.admin.main_thread.downstream_cx_active":      7,
+		"http.inbound_0.0.0.0_15006.downstream_cx_active":      3,
+		"listener.0.0.0.0_15090.downstream_cx_active":          5,
+		"listener.0.0.0.0_15021.downstream_cx_active":          6,
+		"listener.envoy_internal_foo.downstream_cx_active":     9,
+		"listener.virtualInbound.downstream_cx_active":         2,
+		"cluster.x.upstream_cx_active":                         8,
+	}
+	if got := sumActive(stats, []uint16{15090, 15021}); got != 3+4+1+2 {
+		t.Fatalf("sum %d, want 10", got)
+	}
+}
+
+func TestActiveConnectionsFromRealConnections(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{Listeners: []fakeenvoy.Listener{
+		{Name: "in", Addr: "127.0.0.1:0", Inbound: true},
+		{Name: "tcp", Addr: "127.0.0.1:0", TCP: true},
+	}})
+	tr := track(t, a, false)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	var conns []net.Conn
+	for _, ap := range e.ListenerAddrs() {
+		for i := 0; i < 3; i++ {
+			c, err := net.Dial("tcp", ap.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+	}
+	want := len(conns)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := a.ActiveConnections(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("active %d, want %d", n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	ports, err := a.ListenerPorts(context.Background())
+	if err != nil || len(ports) != 2 {
+		t.Fatalf("listener ports %v %v", ports, err)
+	}
+}
+
+func TestAdminTimesOutOnSilence(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
+	<-e.Bound() // accepting, and never answering
+	a.Timeout = 200 * time.Millisecond
+	start := time.Now()
+	_, _, err := a.ServerState(context.Background())
+	if err == nil || Refused(err) {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("call took %v despite its timeout", d)
+	}
+}
+
+func TestBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := NewAdmin("http://" + ln.Addr().String())
+	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+		t.Fatalf("listening port: %v %v", ok, err)
+	}
+	ln.Close()
+	if ok, err := a.Bound(context.Background()); ok || err != nil {
+		t.Fatalf("closed port: %v %v", ok, err)
+	}
+	// Bound but silent (the admin loop not running yet) counts as bound.
+	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
+	<-e.Bound()
+	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+		t.Fatalf("silent admin: %v %v", ok, err)
+	}
+}

@@ -1,0 +1,229 @@
+// Package proxy runs the proxy (Envoy, or pilot-agent and the Envoy it runs)
+// as a child in a process group of its own, and owns its end: the stop
+// sequence that makes it exit, and the exit status that says how it ended.
+//
+// A Process moves through three states, each entered once and in order:
+// Running, Stopping (a stop was asked for) and Exited. Stop starts the
+// sequence only from Running; the exit may come in any state.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
+)
+
+// State is where a Process is in its life.
+type State int
+
+const (
+	Running State = iota
+	Stopping
+	Exited
+)
+
+func (s State) String() string {
+	switch s {
+	case Running:
+		return "running"
+	case Stopping:
+		return "stopping"
+	case Exited:
+		return "exited"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Config is how to run the proxy and how to stop it.
+type Config struct {
+	Command []string // the proxy and its arguments
+	// Quit asks the proxy to exit by itself: Envoy's POST /quitquitquit,
+	// which makes Envoy exit at once and pilot-agent follow without a drain
+	// of its own. It is bounded by the context it is given.
+	Quit func(ctx context.Context) error
+	// QuitGrace is how long Quit gets before SIGTERM to the group.
+	QuitGrace time.Duration
+	// StopTimeout is from the stop request to SIGKILL of the group.
+	StopTimeout time.Duration
+	// Escalated, if set, is told of every signal the stop sequence sends.
+	Escalated func(syscall.Signal)
+	Log       *slog.Logger
+}
+
+// Process is a started proxy. Its methods are safe for concurrent use.
+type Process struct {
+	cfg  Config
+	pid  int
+	exit <-chan reaper.Exit
+
+	mu      sync.Mutex
+	state   State
+	stopWhy string
+
+	exited chan struct{} // closed on the move to Exited
+}
+
+// StartError is a proxy that could not be started, with the code a shell
+// would exit with: 127 when it is not found, 126 when it cannot be executed.
+type StartError struct {
+	Err  error
+	Code int
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Start starts the proxy through r, the only owner of wait4, in its own
+// process group: a stop then reaches pilot-agent and the Envoy it runs
+// together, and nothing else.
+func Start(r *reaper.Reaper, cfg Config) (*Process, error) {
+	if len(cfg.Command) == 0 {
+		return nil, &StartError{Err: errors.New("start proxy: no command"), Code: 127}
+	}
+	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
+	// Plain files, never pipes: a pipe would need a copying goroutine that
+	// cmd.Wait ends, and nobody may call Wait here but the reaper.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	// Pdeathsig: if the supervisor itself dies (an OOM kill, a SIGKILL from
+	// outside while not PID 1), the proxy must not live on unsupervised.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	exit, err := r.Start(cmd)
+	if err != nil {
+		code := reaper.StartCode(err)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = fmt.Errorf("%s: %w", pe.Path, pe.Err)
+		}
+		return nil, &StartError{Err: fmt.Errorf("start proxy: %w", err), Code: code}
+	}
+	p := &Process{cfg: cfg, pid: cmd.Process.Pid, exit: exit, exited: make(chan struct{})}
+	cmd.Process.Release() // the reaper watches the pid; the pidfd is not needed
+	return p, nil
+}
+
+// Pid is the proxy's pid, which is also its process group's id.
+func (p *Process) Pid() int { return p.pid }
+
+// State returns the process's state and, once a stop was asked for, why.
+func (p *Process) State() (State, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state, p.stopWhy
+}
+
+// Wait blocks until the proxy has exited and returns how. Whatever the
+// leader left behind in its group (an Envoy whose pilot-agent died) is
+// killed, so that nothing of the proxy outlives it. Call it once.
+func (p *Process) Wait() reaper.Exit {
+	e := <-p.exit
+	p.mu.Lock()
+	p.state = Exited
+	p.mu.Unlock()
+	close(p.exited)
+	p.signal(syscall.SIGKILL)
+	return e
+}
+
+// Exited is closed once the proxy has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Stop starts the stop sequence in the background, unless one was started
+// already or the proxy has exited, and reports whether it started one.
+//
+// The sequence: Quit, then SIGTERM to the group once QuitGrace has passed
+// (a proxy whose admin API is gone), then SIGKILL at StopTimeout (a proxy
+// that hangs).
+func (p *Process) Stop(why string) bool {
+	p.mu.Lock()
+	if p.state != Running {
+		p.mu.Unlock()
+		return false
+	}
+	p.state, p.stopWhy = Stopping, why
+	p.mu.Unlock()
+	go p.stop()
+	return true
+}
+
+func (p *Process) stop() {
+	deadline := time.Now().Add(p.cfg.StopTimeout)
+	grace := min(p.cfg.QuitGrace, p.cfg.StopTimeout)
+	quitBy := time.Now().Add(grace)
+	if p.cfg.Quit != nil {
+		ctx, cancel := context.WithDeadline(context.Background(), quitBy)
+		err := p.cfg.Quit(ctx)
+		cancel()
+		if err != nil {
+			p.cfg.Log.Info("the proxy's quit request failed; signalling instead", "err", err)
+		}
+	}
+	if p.exitedWithin(time.Until(quitBy)) {
+		return
+	}
+	p.cfg.Log.Info("escalated to SIGTERM", "pgid", p.pid)
+	p.escalate(syscall.SIGTERM)
+	if p.exitedWithin(time.Until(deadline)) {
+		return
+	}
+	p.cfg.Log.Warn("escalated to SIGKILL", "pgid", p.pid, "stop_timeout", p.cfg.StopTimeout)
+	p.escalate(syscall.SIGKILL)
+}
+
+func (p *Process) escalate(sig syscall.Signal) {
+	if p.cfg.Escalated != nil {
+		p.cfg.Escalated(sig)
+	}
+	p.signal(sig)
+}
+
+// Kill kills the proxy's group at once, whatever stop is under way.
+func (p *Process) Kill(why string) {
+	p.mu.Lock()
+	if p.state == Running {
+		p.state, p.stopWhy = Stopping, why
+	}
+	p.mu.Unlock()
+	p.signal(syscall.SIGKILL)
+}
+
+// Signal sends sig to the proxy's group: Envoy under pilot-agent is in the
+// group too, and pilot-agent itself forwards nothing.
+func (p *Process) Signal(sig syscall.Signal) { p.signal(sig) }
+
+// signal signals the group. A group that is gone is not an error: the proxy
+// may exit between any two steps.
+func (p *Process) signal(sig syscall.Signal) {
+	if p.pid <= 0 {
+		return // kill(0) or kill(-1) would signal ourselves or everyone
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		p.cfg.Log.Warn("signal proxy group", "pgid", p.pid, "signal", sig, "err", err)
+	}
+}
+
+func (p *Process) exitedWithin(d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-p.exited:
+			return true
+		default:
+			return false
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}

@@ -1,0 +1,121 @@
+package supervise
+
+import (
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// EventKind is a kind of lifecycle event that can fix the exit code.
+type EventKind int
+
+const (
+	// PeersSettled: the completion records settled the policy (not under
+	// --native-sidecar, whose end is SIGTERM).
+	PeersSettled EventKind = iota
+	// Signal: SIGTERM, SIGINT or SIGQUIT arrived.
+	Signal
+	// PreStop: the kubelet's preStop hook asked for the drain.
+	PreStop
+	// ProxyExit: the proxy exited.
+	ProxyExit
+	// ActorFailed: a part of the supervisor failed (the health server lost
+	// its listener, say).
+	ActorFailed
+	// StartFailed: the proxy could not be started.
+	StartFailed
+)
+
+// Event is one thing that happened in the lifecycle, with what the exit
+// code depends on.
+type Event struct {
+	Kind EventKind
+	// Code: PeersSettled, the verdict's code (0, or the failed peer's);
+	// ProxyExit, the proxy's code (128+N for signal N); StartFailed, 126
+	// or 127.
+	Code int
+	// Peer: PeersSettled, the peer whose failure settled it, if one did.
+	Peer string
+	// Signal: Signal, which one.
+	Signal syscall.Signal
+	// EverReady: Signal and PreStop, whether the proxy had been ready.
+	EverReady bool
+	// Asked: ProxyExit, whether a stop had been asked for.
+	Asked bool
+	// FailOnEnvoyDeath: ProxyExit, --fail-on-envoy-death.
+	FailOnEnvoyDeath bool
+	// Actor: ActorFailed, which part failed.
+	Actor string
+}
+
+// decide is the exit-code table, one event at a time: the code the event
+// fixes, why, and whether it fixes one at all.
+//
+//	every expected peer succeeded           0
+//	a peer failed (--on-peer-failure=exit)  the peer's code (1 if it said 0)
+//	SIGTERM/SIGINT after ready               0: pod deletion, or a native sidecar's end
+//	SIGTERM/SIGINT before ever ready         128+N: a failed postStart wait; under
+//	                                        OnFailure a 0 would leave the pod without a proxy
+//	SIGQUIT                                 131, at any time
+//	preStop after ready                     0: on deletion it comes first, and the app's
+//	                                        own SIGTERM must not decide the proxy's code
+//	preStop before ever ready               nothing
+//	the proxy exited                        its code; 1 for an exit 0 nobody asked for
+//	                                        under --fail-on-envoy-death
+//	a part of the supervisor failed         1: it must not exit 0 as if all went well
+//	the proxy could not be started          126 or 127, as a shell
+func decide(e Event) (code int, why string, decisive bool) {
+	switch e.Kind {
+	case PeersSettled:
+		if e.Peer == "" {
+			return e.Code, "every peer succeeded", true
+		}
+		code := e.Code
+		if code == 0 {
+			code = 1 // a failure must never read as success
+		}
+		return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
+	case Signal:
+		name := unix.SignalName(e.Signal)
+		switch {
+		case e.Signal == syscall.SIGQUIT, !e.EverReady:
+			return 128 + int(e.Signal), name, true
+		default:
+			return 0, name, true
+		}
+	case PreStop:
+		if !e.EverReady {
+			return 0, "", false
+		}
+		return 0, "preStop", true
+	case ProxyExit:
+		if e.Code == 0 && !e.Asked && e.FailOnEnvoyDeath {
+			// pilot-agent exits 0 within milliseconds of Envoy's death;
+			// an exit nobody asked for is the failure this flag reports.
+			return 1, "proxy exited 0 unasked (--fail-on-envoy-death)", true
+		}
+		if e.Asked {
+			return e.Code, "proxy exited", true
+		}
+		return e.Code, "proxy exited by itself", true
+	case ActorFailed:
+		return 1, e.Actor + " failed", true
+	case StartFailed:
+		return e.Code, "proxy could not be started", true
+	}
+	return 0, "", false
+}
+
+// ExitCode is the supervisor's exit code for a sequence of events: the
+// code the first decisive one fixes. Later events change nothing, so a
+// proxy that crashes while it is stopped after a successful Job still
+// leaves 0. ok is false while no event has been decisive.
+func ExitCode(events []Event) (code int, why string, ok bool) {
+	for _, e := range events {
+		if code, why, ok := decide(e); ok {
+			return code, why, true
+		}
+	}
+	return 0, "", false
+}

@@ -1,0 +1,77 @@
+package supervise
+
+import (
+	"syscall"
+	"testing"
+)
+
+// TestExitCodeTable checks ExitCode against the exit-code table of
+// docs/design.md, row by row, and then the rule that the first decisive
+// event wins.
+func TestExitCodeTable(t *testing.T) {
+	tests := []struct {
+		row    string
+		events []Event
+		code   int
+		fixed  bool
+	}{
+		{row: "nothing has happened yet", fixed: false},
+		{row: "every expected peer succeeded",
+			events: []Event{{Kind: PeersSettled, Code: 0}}, code: 0, fixed: true},
+		{row: "every expected peer succeeded, then the proxy crashed while stopping",
+			events: []Event{{Kind: PeersSettled, Code: 0}, {Kind: ProxyExit, Code: 139, Asked: true}}, code: 0, fixed: true},
+		{row: "every expected peer succeeded, then the proxy needed SIGKILL",
+			events: []Event{{Kind: PeersSettled, Code: 0}, {Kind: ProxyExit, Code: 137, Asked: true}}, code: 0, fixed: true},
+		{row: "a peer failed (on-peer-failure exit)",
+			events: []Event{{Kind: PeersSettled, Code: 3, Peer: "job"}}, code: 3, fixed: true},
+		{row: "a peer failed with code 0 and a failure reason",
+			events: []Event{{Kind: PeersSettled, Code: 0, Peer: "job"}}, code: 1, fixed: true},
+		{row: "SIGTERM after the proxy was ready",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGTERM, EverReady: true}}, code: 0, fixed: true},
+		{row: "SIGINT after the proxy was ready",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGINT, EverReady: true}}, code: 0, fixed: true},
+		{row: "SIGTERM before the proxy was ever ready",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGTERM}}, code: 143, fixed: true},
+		{row: "SIGINT before the proxy was ever ready",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGINT}}, code: 130, fixed: true},
+		{row: "SIGQUIT",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGQUIT, EverReady: true}}, code: 131, fixed: true},
+		{row: "preStop after ready",
+			events: []Event{{Kind: PreStop, EverReady: true}}, code: 0, fixed: true},
+		{row: "preStop before ready fixes nothing",
+			events: []Event{{Kind: PreStop}}, fixed: false},
+		{row: "preStop before ready, then the proxy exited by itself",
+			events: []Event{{Kind: PreStop}, {Kind: ProxyExit, Code: 1}}, code: 1, fixed: true},
+		{row: "the proxy exited by itself",
+			events: []Event{{Kind: ProxyExit, Code: 1}}, code: 1, fixed: true},
+		{row: "the proxy was killed by signal 11",
+			events: []Event{{Kind: ProxyExit, Code: 139}}, code: 139, fixed: true},
+		{row: "the proxy exited 0 unasked",
+			events: []Event{{Kind: ProxyExit, Code: 0}}, code: 0, fixed: true},
+		{row: "the proxy exited 0 unasked, --fail-on-envoy-death",
+			events: []Event{{Kind: ProxyExit, Code: 0, FailOnEnvoyDeath: true}}, code: 1, fixed: true},
+		{row: "the proxy exited 0 when asked, --fail-on-envoy-death",
+			events: []Event{{Kind: ProxyExit, Code: 0, Asked: true, FailOnEnvoyDeath: true}}, code: 0, fixed: true},
+		{row: "a part of the supervisor failed",
+			events: []Event{{Kind: ActorFailed, Actor: "health server"}, {Kind: ProxyExit, Code: 0, Asked: true}}, code: 1, fixed: true},
+		{row: "command not found",
+			events: []Event{{Kind: StartFailed, Code: 127}}, code: 127, fixed: true},
+		{row: "command not executable",
+			events: []Event{{Kind: StartFailed, Code: 126}}, code: 126, fixed: true},
+		{row: "SIGTERM before ready, then a completion: the first wins",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGTERM}, {Kind: PeersSettled, Code: 0}, {Kind: ProxyExit, Code: 137, Asked: true}}, code: 143, fixed: true},
+		{row: "a failure, then SIGTERM after ready: the first wins",
+			events: []Event{{Kind: PeersSettled, Code: 2, Peer: "job"}, {Kind: Signal, Signal: syscall.SIGTERM, EverReady: true}}, code: 2, fixed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.row, func(t *testing.T) {
+			code, why, fixed := ExitCode(tt.events)
+			if fixed != tt.fixed || code != tt.code {
+				t.Fatalf("ExitCode = %d (%q), fixed %v; want %d, fixed %v", code, why, fixed, tt.code, tt.fixed)
+			}
+			if fixed && why == "" {
+				t.Error("a fixed code must say which event fixed it")
+			}
+		})
+	}
+}

@@ -1,0 +1,172 @@
+package supervise
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+)
+
+// Phase is where the supervisor is in the pod's lifecycle. Phases only move
+// forward, along the moves listed in next.
+type Phase int
+
+const (
+	// Starting: the proxy runs and has never been ready.
+	Starting Phase = iota
+	// Ready: the proxy has been ready. Whether it is ready right now is
+	// the tracker's to say; a proxy that stops answering stays in this
+	// phase and stops being ready.
+	Ready
+	// Draining: a preStop hook or SIGTERM started the termination's drain.
+	Draining
+	// Stopping: the proxy has been asked to stop.
+	Stopping
+	// Exited: the proxy has exited.
+	Exited
+)
+
+var phaseNames = [...]string{"starting", "ready", "draining", "stopping", "exited"}
+
+func (p Phase) String() string {
+	if p < 0 || int(p) >= len(phaseNames) {
+		return fmt.Sprintf("Phase(%d)", int(p))
+	}
+	return phaseNames[p]
+}
+
+// next lists the legal moves. A preStop can come before the proxy was ever
+// ready (the drain then starts from Starting), and the proxy can exit in any
+// phase.
+var next = map[Phase][]Phase{
+	Starting: {Ready, Draining, Stopping, Exited},
+	Ready:    {Draining, Stopping, Exited},
+	Draining: {Stopping, Exited},
+	Stopping: {Exited},
+}
+
+// drainRun is the termination's one drain: the preStop hook and SIGTERM,
+// whichever comes first, start it, and both wait on the same end.
+type drainRun struct {
+	done   chan struct{}
+	result drain.Result // written before done is closed
+	// thenStop: the proxy is to stop when the drain ends (SIGTERM asked for
+	// it, not only a preStop). Guarded by the lifecycle's mutex.
+	thenStop bool
+}
+
+// lifecycle is the one owner of the supervisor's phase, of the events that
+// fix its exit code and of the termination's drain. move is the only writer
+// of the phase; every reader (the status, the state gauge, /healthz/ready,
+// the logs) goes through it.
+type lifecycle struct {
+	log     *slog.Logger
+	onPhase func(Phase) // told of every move, in order (the state gauge)
+
+	mu        sync.Mutex
+	phase     Phase
+	why       string    // what caused the last move
+	events    []Event   // up to and including the first decisive one
+	drain     *drainRun // nil until the drain starts
+	envoyDown time.Time // when a ready Envoy stopped answering, unasked
+}
+
+func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started"}
+	onPhase(Starting)
+	return l
+}
+
+// move changes the phase to `to` if that is a legal move, and reports
+// whether it did and from which phase. An illegal move is logged and not
+// applied.
+func (l *lifecycle) move(to Phase, why string) (from Phase, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.moveLocked(to, why)
+}
+
+func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
+	from := l.phase
+	if !slices.Contains(next[from], to) {
+		l.log.Debug("phase change refused", "from", from.String(), "to", to.String(), "reason", why)
+		return from, false
+	}
+	l.phase, l.why = to, why
+	l.onPhase(to)
+	l.log.Info("phase changed", "from", from.String(), "to", to.String(), "reason", why)
+	return from, true
+}
+
+// record adds an event. Once one has fixed the exit code the rest are
+// dropped: they could change nothing, and a signal storm must not grow the
+// list.
+func (l *lifecycle) record(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, _, fixed := ExitCode(l.events); !fixed {
+		l.events = append(l.events, e)
+	}
+}
+
+// exitCode is the code the events so far fix, and the event that fixed it.
+func (l *lifecycle) exitCode() (code int, why string, fixed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ExitCode(l.events)
+}
+
+// beginDrain starts the termination's drain, moving to Draining, or joins
+// the one under way. It returns nil when the proxy is already stopping or
+// gone, since there is nothing left to drain. isNew tells the caller to run
+// the drain. With thenStop the proxy is to stop when the drain ends;
+// stopOwner tells the one caller that asked for it first to see to that.
+func (l *lifecycle) beginDrain(trigger string, thenStop bool) (run *drainRun, isNew, stopOwner bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.drain != nil {
+		if l.phase != Draining {
+			return nil, false, false
+		}
+		stopOwner = thenStop && !l.drain.thenStop
+		l.drain.thenStop = l.drain.thenStop || thenStop
+		return l.drain, false, stopOwner
+	}
+	if _, ok := l.moveLocked(Draining, trigger); !ok {
+		return nil, false, false
+	}
+	l.drain = &drainRun{done: make(chan struct{}), thenStop: thenStop}
+	return l.drain, true, thenStop
+}
+
+// noteEnvoyDown records when a ready Envoy stopped answering, unless the
+// proxy is being stopped (then that is expected) or it was noted already.
+func (l *lifecycle) noteEnvoyDown(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase < Stopping && l.envoyDown.IsZero() {
+		l.envoyDown = at
+	}
+}
+
+// view is a consistent snapshot of the lifecycle.
+type view struct {
+	phase     Phase
+	why       string
+	draining  bool // a drain has started (it stays true while stopping)
+	code      int
+	decidedBy string
+	decided   bool
+	envoyDown time.Time
+}
+
+func (l *lifecycle) view() view {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := view{phase: l.phase, why: l.why, draining: l.drain != nil, envoyDown: l.envoyDown}
+	v.code, v.decidedBy, v.decided = ExitCode(l.events)
+	return v
+}

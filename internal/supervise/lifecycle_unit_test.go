@@ -1,0 +1,113 @@
+package supervise
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+)
+
+func newTestLifecycle() (*lifecycle, *[]Phase) {
+	var seen []Phase
+	return newLifecycle(slog.New(slog.NewTextHandler(io.Discard, nil)), func(p Phase) { seen = append(seen, p) }), &seen
+}
+
+func TestLifecycleMoves(t *testing.T) {
+	tests := []struct {
+		name  string
+		moves []Phase
+		legal []bool
+		end   Phase
+	}{
+		{"a Job", []Phase{Ready, Stopping, Exited}, []bool{true, true, true}, Exited},
+		{"a deletion", []Phase{Ready, Draining, Stopping, Exited}, []bool{true, true, true, true}, Exited},
+		{"a preStop before ready, then ready", []Phase{Draining, Ready, Stopping}, []bool{true, false, true}, Stopping},
+		{"a crash while starting", []Phase{Exited, Ready, Stopping}, []bool{true, false, false}, Exited},
+		{"no way back", []Phase{Ready, Stopping, Draining, Ready, Starting}, []bool{true, true, false, false, false}, Stopping},
+		{"a second stop", []Phase{Stopping, Stopping}, []bool{true, false}, Stopping},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, seen := newTestLifecycle()
+			want := []Phase{Starting}
+			for i, to := range tt.moves {
+				if _, ok := l.move(to, "test"); ok != tt.legal[i] {
+					t.Errorf("move %d to %v: ok %v, want %v", i, to, ok, tt.legal[i])
+				}
+				if tt.legal[i] {
+					want = append(want, to)
+				}
+			}
+			if got := l.view().phase; got != tt.end {
+				t.Errorf("phase %v, want %v", got, tt.end)
+			}
+			// The gauge hears of every applied move, and of nothing else.
+			if len(*seen) != len(want) {
+				t.Fatalf("gauge saw %v, want %v", *seen, want)
+			}
+			for i := range want {
+				if (*seen)[i] != want[i] {
+					t.Fatalf("gauge saw %v, want %v", *seen, want)
+				}
+			}
+		})
+	}
+}
+
+func TestBeginDrainIsShared(t *testing.T) {
+	l, _ := newTestLifecycle()
+	l.move(Ready, "test")
+	run, isNew, stopOwner := l.beginDrain("preStop", false)
+	if run == nil || !isNew || stopOwner {
+		t.Fatalf("first preStop: run %v, new %v, stopOwner %v", run != nil, isNew, stopOwner)
+	}
+	again, isNew, stopOwner := l.beginDrain("SIGTERM", true)
+	if again != run || isNew || !stopOwner {
+		t.Fatalf("SIGTERM joins the drain and owns the stop: same %v, new %v, stopOwner %v", again == run, isNew, stopOwner)
+	}
+	if _, _, stopOwner := l.beginDrain("SIGTERM", true); stopOwner {
+		t.Fatal("a second SIGTERM must not own the stop again")
+	}
+	if v := l.view(); v.phase != Draining || !v.draining {
+		t.Fatalf("view %+v", v)
+	}
+	l.move(Stopping, "drained")
+	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+		t.Fatal("a drain began while stopping")
+	}
+	if !l.view().draining {
+		t.Fatal("the drain that happened is forgotten")
+	}
+}
+
+func TestBeginDrainAfterStopHasNothingToDrain(t *testing.T) {
+	l, _ := newTestLifecycle()
+	l.move(Stopping, "peers completed")
+	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+		t.Fatal("a drain began while stopping")
+	}
+}
+
+// Events race in from many goroutines; exactly one fixes the code, and it
+// stays fixed.
+func TestRecordConcurrentFirstWins(t *testing.T) {
+	l, _ := newTestLifecycle()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { l.record(Event{Kind: ProxyExit, Code: i}) })
+	}
+	wg.Wait()
+	code, _, fixed := l.exitCode()
+	if !fixed {
+		t.Fatal("no code fixed")
+	}
+	for range 10 {
+		l.record(Event{Kind: ProxyExit, Code: 99})
+	}
+	if again, _, _ := l.exitCode(); again != code {
+		t.Fatalf("code moved from %d to %d", code, again)
+	}
+	if n := len(l.events); n != 1 {
+		t.Fatalf("%d events kept after the code was fixed; want 1", n)
+	}
+}
