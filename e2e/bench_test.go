@@ -238,7 +238,7 @@ func benchWaitSocket(b *testing.B, path string, sup *bproc) {
 // its control socket.
 func benchWaitReady(b *testing.B, dir string, sup *bproc) {
 	b.Helper()
-	benchWaitSocket(b, filepath.Join(dir, "control.sock"), sup)
+	benchWaitSocket(b, control.SocketPath(dir), sup)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ready, why, err := control.NewClient(dir).Ready(ctx, 10*time.Second)
@@ -614,7 +614,7 @@ func BenchmarkReadiness(b *testing.B) {
 			}
 			fakeCtl := filepath.Join(dir, "fake.sock")
 			sup := benchSupervise(b, p, env, dir, nil, "--stay-initializing", "--control", fakeCtl)
-			benchWaitSocket(b, filepath.Join(dir, "control.sock"), sup)
+			benchWaitSocket(b, control.SocketPath(dir), sup)
 			benchWaitSocket(b, fakeCtl, sup)
 			fc, err := net.Dial("unix", fakeCtl)
 			if err != nil {

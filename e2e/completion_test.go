@@ -259,7 +259,7 @@ func TestCurlOnTheSocket(t *testing.T) {
 	}
 	p := newPod(t)
 	sup := p.supervise(nil)
-	sock := filepath.Join(p.dir, "control.sock")
+	sock := control.SocketPath(p.dir)
 	p.waitHTTP(readyURL, 200, soon)
 	out, err := exec.Command("curl", "-sS", "--unix-socket", sock, "http://x/v1/ready?wait=5s").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"ready":true`) {

@@ -23,10 +23,10 @@ const retryEvery = 10 * time.Millisecond
 // waitReady waits until the supervisor in dir says the proxy is ready, or
 // until timeout. It returns the supervisor's last reason when it gives up.
 // A wait that gives up fails; it never proceeds without the proxy.
-func waitReady(ctx context.Context, dir string, timeout time.Duration) (bool, string) {
+func waitReady(ctx context.Context, dir string, trust uidList, timeout time.Duration) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := control.NewClient(dir)
+	c := control.NewClient(dir, trust...)
 	why := "no supervisor listening on " + c.Path()
 	for {
 		left := time.Until(deadlineOf(ctx))
@@ -43,6 +43,8 @@ func waitReady(ctx context.Context, dir string, timeout time.Duration) (bool, st
 		case err == nil:
 			why = reason
 			continue // the long poll ended without readiness; ask again
+		case errors.As(err, new(*control.UntrustedError)):
+			return false, err.Error() // an impostor does not go away
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()
 		case ctx.Err() != nil:
@@ -61,6 +63,13 @@ func waitReady(ctx context.Context, dir string, timeout time.Duration) (bool, st
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// supervisorUIDs adds --supervisor-uid to a client command.
+func supervisorUIDs(f *flags) *uidList {
+	var u uidList
+	f.fs.Var(&u, "supervisor-uid", "comma list of uids the supervisor may run as besides 0, 1337 (Istio's proxy) and this process's own; a control socket served by any other uid is refused")
+	return &u
 }
 
 // waitURL polls an HTTP readiness URL, for a proxy that is not ours.
@@ -91,6 +100,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
 	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
 	url := f.fs.String("url", "", "an HTTP readiness URL to poll instead of the control socket (a proxy that is not ours)")
+	trust := supervisorUIDs(f)
 	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
 		return code
@@ -112,7 +122,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if *url != "" {
 		ok, why = waitURL(*url, *timeout)
 	} else {
-		ok, why = waitReady(context.Background(), *dir, *timeout)
+		ok, why = waitReady(context.Background(), *dir, *trust, *timeout)
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: proxy not ready after %v: %s\n", *timeout, why)
@@ -126,6 +136,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it.")
 	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most")
 	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	trust := supervisorUIDs(f)
 	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return code
 	}
@@ -135,7 +146,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Second)
 	defer cancel()
-	drained, why, err := control.NewClient(*dir).Drain(ctx, *timeout)
+	drained, why, err := control.NewClient(*dir, *trust...).Drain(ctx, *timeout)
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "proxy-supervisor: prestop: %v\n", err)
@@ -150,12 +161,13 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 func runStatus(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("status", "status [--control-dir DIR]", "Prints the supervisor's state as JSON.")
 	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	trust := supervisorUIDs(f)
 	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	raw, err := control.NewClient(*dir).Status(ctx)
+	raw, err := control.NewClient(*dir, *trust...).Status(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: status: %v\n", err)
 		return 1

@@ -23,16 +23,16 @@ var forwarded = []os.Signal{
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
 }
 
-func peerFlags(f *flags) (name, dir *string) {
+func peerFlags(f *flags) (name, dir *string, trust *uidList) {
 	name = f.fs.String("name", control.DefaultPeer, "this peer's name; set it literally in each app container's manifest (the downward API cannot give a container its own name)")
 	dir = f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock and peers/")
-	return name, dir
+	return name, dir, supervisorUIDs(f)
 }
 
 func runExec(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("exec", "exec [--name N] [--timeout D] [--control-dir DIR] -- COMMAND [ARG...]",
 		"Marks this peer running, waits until the proxy is ready, runs COMMAND (forwarding signals, reaping orphans), records its completion and exits with its code. If the proxy is not ready within --timeout it records not-ready and exits 69 without running COMMAND.")
-	name, dir := peerFlags(f)
+	name, dir, trust := peerFlags(f)
 	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the proxy (Istio's startup budget)")
 	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
@@ -78,7 +78,7 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	var ok bool
 	var why string
 	if err == nil {
-		ok, why = waitReady(ctx, *dir, time.Until(deadline))
+		ok, why = waitReady(ctx, *dir, *trust, time.Until(deadline))
 	}
 	cancel()
 	<-watched
@@ -97,12 +97,12 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if stop != nil {
 		code := 128 + int(stop.(syscall.Signal))
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", stop, cmdline[0])
-		finish(rec, *dir, code, peers.Signaled, stderr)
+		finish(rec, *dir, *trust, code, peers.Signaled, stderr)
 		return code
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", *timeout, why, cmdline[0])
-		finish(rec, *dir, peers.NotReadyCode, peers.NotReady, stderr)
+		finish(rec, *dir, *trust, peers.NotReadyCode, peers.NotReady, stderr)
 		return peers.NotReadyCode
 	}
 
@@ -110,7 +110,7 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
 	}
-	finish(rec, *dir, code, reason, stderr)
+	finish(rec, *dir, *trust, code, reason, stderr)
 	return code
 }
 
@@ -183,21 +183,21 @@ func runChild(argv []string, sigs <-chan os.Signal) (int, peers.Reason, error) {
 
 // finish writes the final record, then pokes the supervisor. The record is
 // what counts; the poke only makes the supervisor read it now.
-func finish(rec *peers.Run, dir string, code int, reason peers.Reason, stderr io.Writer) {
+func finish(rec *peers.Run, dir string, trust uidList, code int, reason peers.Reason, stderr io.Writer) {
 	if err := rec.Finish(code, reason); err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: record completion: %v\n", err)
 		return
 	}
-	poke(dir, rec.Name(), code, reason, "exec", stderr)
+	poke(dir, trust, rec.Name(), code, reason, "exec", stderr)
 }
 
 // poke tells the supervisor to read the records now. It fails only when the
 // supervisor refused the report (an unknown name, say); a supervisor that is
 // not listening reads the record when it starts.
-func poke(dir, name string, code int, reason peers.Reason, cmd string, stderr io.Writer) error {
+func poke(dir string, trust uidList, name string, code int, reason peers.Reason, cmd string, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := control.NewClient(dir).Complete(ctx, name, code, string(reason))
+	err := control.NewClient(dir, trust...).Complete(ctx, name, code, string(reason))
 	var refused *control.APIError
 	switch {
 	case err == nil:
@@ -216,7 +216,7 @@ func poke(dir, name string, code int, reason peers.Reason, cmd string, stderr io
 func runComplete(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("complete", "complete [--name N] [--exit-code C] [--control-dir DIR]",
 		"Records this peer's completion durably, then tells the supervisor. It succeeds even when no supervisor is listening: the supervisor reads the record when it starts.")
-	name, dir := peerFlags(f)
+	name, dir, trust := peerFlags(f)
 	code := f.fs.Int("exit-code", 0, "the peer's exit code, 0 to 255")
 	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the supervisor to create peers/ when it has never run in this pod yet")
 	if _, c, done := parseOrExit(f, args, env, stdout, stderr); done {
@@ -235,7 +235,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "proxy-supervisor: complete: %v\n", err)
 		return 1
 	}
-	if poke(*dir, *name, *code, peers.Exited, "complete", stderr) != nil {
+	if poke(*dir, *trust, *name, *code, peers.Exited, "complete", stderr) != nil {
 		return 1
 	}
 	return 0

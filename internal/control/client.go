@@ -9,7 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"path/filepath"
+	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -21,19 +22,58 @@ type Client struct {
 	http *http.Client
 }
 
-// NewClient returns a client of the socket in dir.
-func NewClient(dir string) *Client {
-	path := filepath.Join(dir, SocketName)
+// IstioProxyUID is the uid Istio reserves for its proxy, and so for the
+// supervisor that runs it: its traffic bypasses the mesh's capture, so no
+// app runs as it.
+const IstioProxyUID = 1337
+
+// NewClient returns a client of the socket in the control directory dir.
+// It talks only to a server whose uid, as the kernel reports it
+// (SO_PEERCRED), may be the supervisor's: root, this process's own uid,
+// IstioProxyUID, or one of supervisorUIDs. Any other uid serving the socket
+// replaced it, and every call then fails with an *UntrustedError.
+func NewClient(dir string, supervisorUIDs ...uint32) *Client {
+	path := SocketPath(dir)
+	trusted := append([]uint32{0, uint32(os.Geteuid()), IstioProxyUID}, supervisorUIDs...)
 	return &Client{
 		path: path,
 		http: &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", path)
+				return dialTrusted(ctx, path, trusted)
 			},
 			DisableCompression: true,
 		}},
 	}
+}
+
+// UntrustedError is a socket served by a uid that is not trusted to be the
+// supervisor's.
+type UntrustedError struct {
+	Path string
+	UID  uint32
+}
+
+func (e *UntrustedError) Error() string {
+	return fmt.Sprintf("control socket %s is served by uid %d, which is not trusted to be the supervisor (trusted: 0, %d and this process's uid %d); if the supervisor runs as uid %d, pass --supervisor-uid %d or set PROXY_SUPERVISOR_SUPERVISOR_UID=%d",
+		e.Path, e.UID, IstioProxyUID, os.Geteuid(), e.UID, e.UID, e.UID)
+}
+
+func dialTrusted(ctx context.Context, path string, trusted []uint32) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := peerCred(c.(*net.UnixConn))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("control socket %s: the server's credentials: %w", path, err)
+	}
+	if !slices.Contains(trusted, cred.Uid) {
+		c.Close()
+		return nil, &UntrustedError{Path: path, UID: cred.Uid}
+	}
+	return c, nil
 }
 
 // Path is the socket's path.
@@ -60,6 +100,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 		return 0, err
 	}
 	resp, err := c.http.Do(req)
+	if u := (*UntrustedError)(nil); errors.As(err, &u) {
+		return 0, u // it says all; the request's URL would only hide it
+	}
 	if err != nil {
 		return 0, fmt.Errorf("control socket %s: %w", c.path, err)
 	}

@@ -1,4 +1,4 @@
-// Package control owns the control socket, <control-dir>/control.sock: plain
+// Package control owns the control socket, <control-dir>/sock/control.sock: plain
 // HTTP/1.1 over a unix socket in the volume the pod's containers share, through
 // which app containers ask whether the proxy is ready, report that they are
 // done, and ask for a drain. It holds both the server and the client.
@@ -22,13 +22,27 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// SocketName is the socket's file name inside the control directory.
-const SocketName = "control.sock"
+// The socket is <control-dir>/sock/control.sock. The control dir is an
+// emptyDir, writable by every uid and, unless the supervisor runs as root,
+// not sticky: there any uid may unlink or rename any entry, and a socket
+// that lived there could be swapped for another uid's server, or for a
+// symlink that its chmod would follow. So the socket lives in a directory of
+// its own that only the supervisor's uid can write in, and a client checks
+// the uid of the server it reached (see NewClient), because that directory
+// itself can still be renamed away where the control dir is not sticky.
+const (
+	SocketDir  = "sock"
+	SocketName = "control.sock"
+)
+
+// SocketPath is the socket's path in the control directory dir.
+func SocketPath(dir string) string { return filepath.Join(dir, SocketDir, SocketName) }
 
 // Bounds on requests. Long polls are capped at MaxWait; clients that want to
 // wait longer ask again.
@@ -60,34 +74,42 @@ type Server struct {
 	srv    *http.Server
 	ln     net.Listener
 	path   string
+	dir    int    // the socket's directory, open until Close
+	ino    uint64 // the socket file we bound, the only one Close removes
+	once   sync.Once
 	cancel context.CancelFunc // ends the long polls at Close
 }
 
-// Listen creates the socket in dir, replacing a stale one left by an earlier
-// run. allowed, when not empty, is the list of uids that may connect.
+// Listen creates the socket in the control directory dir, replacing a stale
+// one left by an earlier run. allowed, when not empty, is the list of uids
+// that may connect.
 func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server, error) {
-	path := filepath.Join(dir, SocketName)
+	path := SocketPath(dir)
 	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
 		return nil, fmt.Errorf("control socket %s: path longer than %d bytes", path, len(unix.RawSockaddrUnix{}.Path)-1)
 	}
-	if err := removeStale(path); err != nil {
+	cfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: open control dir %s: %w", dir, err)
+	}
+	defer unix.Close(cfd)
+	stick(cfd, dir, log)
+	sd, err := openSocketDir(cfd, filepath.Join(dir, SocketDir))
+	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("unix", path)
+	ln, ino, err := bindIn(sd, path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	// App containers run as other uids than the proxy; the umask must not
-	// decide who may connect.
-	if err := os.Chmod(path, 0o666); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
+		unix.Close(sd)
+		return nil, err
 	}
 	h := &handler{b: b, allowed: allowed, log: log}
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cancel: cancel,
 		path:   path,
+		dir:    sd,
+		ino:    ino,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, every request is bounded in time, and a cap
 		// would hide the peer's credentials behind its wrapper.
@@ -105,26 +127,126 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 	}, nil
 }
 
+// stick sets the sticky bit on a control dir that other uids can write in,
+// so that none of them can rename the socket's directory (or peers/) away
+// and put its own in its place. Only the dir's owner or root can: under
+// Istio the supervisor is uid 1337 without capabilities in a root-owned
+// emptyDir, and then the clients' check of the server's uid is what holds.
+func stick(cfd int, dir string, log *slog.Logger) {
+	var st unix.Stat_t
+	if err := unix.Fstat(cfd, &st); err != nil {
+		log.Warn("control dir: cannot stat it", "dir", dir, "err", err)
+		return
+	}
+	if st.Mode&unix.S_ISVTX != 0 || st.Mode&0o022 == 0 {
+		return
+	}
+	if err := unix.Fchmod(cfd, st.Mode&0o7777|unix.S_ISVTX); err != nil {
+		log.Info("control dir: other uids may rename entries in it and it cannot be made sticky; clients refuse a socket served by a uid they do not trust",
+			"dir", dir, "owner", st.Uid, "uid", os.Geteuid(), "err", err)
+	}
+}
+
+// openSocketDir makes the socket's directory, writable by our uid alone, and
+// returns it open. Everything after this goes through that descriptor, so
+// that a rename of the directory, or of anything above it, cannot redirect
+// what we bind, chmod or remove. A directory of that name that another uid
+// owns, or that is not a directory, is refused, never followed or used.
+func openSocketDir(cfd int, path string) (int, error) {
+	if err := unix.Mkdirat(cfd, SocketDir, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, fmt.Errorf("control socket: create %s: %w", path, err)
+	}
+	sd, err := unix.Openat(cfd, SocketDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, fmt.Errorf("control socket: %s exists and is not a directory", path)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("control socket: open %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(sd, &st)
+	if uid := uint32(os.Geteuid()); err == nil && st.Uid != uid {
+		err = fmt.Errorf("owned by uid %d, not by us (uid %d), so that uid could serve the socket in our place; remove it", st.Uid, uid)
+	}
+	if err == nil {
+		err = unix.Fchmod(sd, 0o755) // the umask must not decide who may reach the socket
+	}
+	if err != nil {
+		unix.Close(sd)
+		return -1, fmt.Errorf("control socket: %s: %w", path, err)
+	}
+	return sd, nil
+}
+
+// bindIn binds the socket in the directory sd and opens it to every uid.
+// Both steps go through sd by /proc/self/fd: bind(2) takes only a path, and
+// the socket's mode must be set on the file, by chmod(2) after the bind
+// (fchmod on a socket descriptor changes the socket, not the file). The
+// chmod goes through an O_PATH descriptor of the file, opened without
+// following a symlink and checked to be a socket, so it cannot be
+// redirected to anything else.
+func bindIn(sd int, path string) (*net.UnixListener, uint64, error) {
+	via := fmt.Sprintf("/proc/self/fd/%d/%s", sd, SocketName)
+	if err := removeStale(sd, via, path); err != nil {
+		return nil, 0, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: via, Net: "unix"})
+	if err != nil {
+		return nil, 0, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	// Close removes the file itself, through sd: the path ln knows names
+	// whatever the descriptor number means by then.
+	ln.SetUnlinkOnClose(false)
+	ino, err := openToAll(sd)
+	if err != nil {
+		ln.Close()
+		return nil, 0, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	return ln, ino, nil
+}
+
+// openToAll makes the socket file in sd connectable by every uid (app
+// containers run as other uids than the proxy) and returns its inode.
+func openToAll(sd int) (uint64, error) {
+	fd, err := unix.Openat(sd, SocketName, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return 0, errors.New("replaced by something that is not a socket right after the bind")
+	}
+	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o666); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
 // removeStale removes a socket that nothing answers on. A socket that does
-// answer belongs to a live supervisor, and a file that is not a socket is
-// somebody else's; both are errors rather than things to delete.
-func removeStale(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
+// answer belongs to a live supervisor, and a file that is not a socket was
+// not put there by us; both are errors rather than things to delete.
+func removeStale(sd int, via, path string) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(sd, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return fmt.Errorf("control socket %s: %w", path, err)
 	}
-	if fi.Mode()&os.ModeSocket == 0 {
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("control socket %s: exists and is not a socket", path)
 	}
-	if c, err := net.DialTimeout("unix", path, 100*time.Millisecond); err == nil {
+	if c, err := net.DialTimeout("unix", via, 100*time.Millisecond); err == nil {
 		c.Close()
 		return fmt.Errorf("control socket %s: another supervisor is serving it", path)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("control socket: remove stale socket: %w", err)
+	if err := unix.Unlinkat(sd, SocketName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("control socket %s: remove stale socket: %w", path, err)
 	}
 	return nil
 }
@@ -156,7 +278,20 @@ func (s *Server) Close() error {
 	if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) && err == nil {
 		err = cerr
 	}
+	s.unlink()
 	return err
+}
+
+// unlink removes the socket file if it is still the one we bound, and
+// closes its directory. It runs once, however often Close is called.
+func (s *Server) unlink() {
+	s.once.Do(func() {
+		var st unix.Stat_t
+		if unix.Fstatat(s.dir, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == s.ino {
+			unix.Unlinkat(s.dir, SocketName, 0)
+		}
+		unix.Close(s.dir)
+	})
 }
 
 // closeGrace bounds how long Close waits for answers in flight.
@@ -171,18 +306,29 @@ func withPeer(ctx context.Context, c net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
-	raw, err := uc.SyscallConn()
+	cred, err := peerCred(uc)
 	if err != nil {
 		return ctx
 	}
+	return context.WithValue(ctx, peerKey{}, cred.Uid)
+}
+
+// peerCred is the kernel's record of the process at the other end: the
+// client for the server, and for a client the server as it was when it
+// called listen(2).
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
 	var cred *unix.Ucred
-	raw.Control(func(fd uintptr) {
+	cerr := raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
-	if err != nil || cred == nil {
-		return ctx
+	if cerr != nil {
+		return nil, cerr
 	}
-	return context.WithValue(ctx, peerKey{}, cred.Uid)
+	return cred, err
 }
 
 type handler struct {

@@ -62,7 +62,12 @@ func (b *backend) Status() any { return map[string]string{"state": "ready"} }
 
 func serve(t *testing.T, b Backend, allowed []uint32) (*Server, *Client) {
 	t.Helper()
-	dir := t.TempDir()
+	return serveIn(t, t.TempDir(), b, allowed)
+}
+
+// serveIn serves b with dir as the control dir.
+func serveIn(t *testing.T, dir string, b Backend, allowed []uint32) (*Server, *Client) {
+	t.Helper()
 	s, err := Listen(dir, b, allowed, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +92,10 @@ func TestSocketModeIgnoresUmask(t *testing.T) {
 
 func TestStaleSocketIsReplaced(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, SocketName)
+	path := SocketPath(dir)
+	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// A socket file left by an earlier run: bound, then abandoned.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -109,7 +117,11 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 
 func TestNotASocketIsKept(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, SocketName), []byte("mine"), 0o644); err != nil {
+	path := SocketPath(dir)
+	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Listen(dir, newBackend(), nil, slog.New(slog.DiscardHandler)); err == nil {

@@ -21,6 +21,20 @@
 // that a record names the file it is in, and optionally that its owner is an
 // allowed uid.
 //
+// # Claiming a name
+//
+// Two execs of one name started together must not both run. Checking that
+// no exec holds the record and then writing a running record are two
+// steps, and the record's lock cannot make them one: every write renames a
+// new inode over <name>, so two execs can each lock an inode of their own.
+// So Begin first takes an exclusive flock (LOCK_NB: a held name is refused
+// at once) on the name's claim file, <control-dir>/peers/.claim.<name>,
+// which is never renamed or removed, so every exec of the name locks the
+// same inode. It is opened read-only, with O_NOFOLLOW, and refused unless it
+// is a regular file; it is created only with O_EXCL. The claim is held for
+// the whole run and released after the record's lock, by Finish, Abort or
+// the death of exec. Load skips claim files, as it skips every dotfile.
+//
 // # The running record and its lock
 //
 // exec marks its record running before it starts COMMAND (Begin), so a final
@@ -35,13 +49,13 @@
 // The protocol leaves no window in which a running record is visible but
 // unlocked:
 //
-//  1. Begin creates the temp file and takes LOCK_EX on it before the record
-//     has a name anyone looks at.
+//  1. Begin, holding the claim, creates the temp file and takes LOCK_EX on
+//     it before the record has a name anyone looks at.
 //  2. It writes and fsyncs the running record, renames it to <name> and
 //     fsyncs the directory. A lock belongs to the open file, not to the
 //     path, so it survives the rename.
 //  3. Finish writes the final record the ordinary way (a new inode renamed
-//     over <name>), and only then closes the locked file.
+//     over <name>), and only then closes the locked file, then the claim.
 //
 // A reader probes a running record with LOCK_SH|LOCK_NB on its own fresh
 // descriptor. Getting the lock means the holder is gone, or that Finish

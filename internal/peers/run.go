@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -16,30 +17,104 @@ import (
 // close-on-exec, so COMMAND does not inherit the lock and it measures
 // exec's own life.
 type Run struct {
-	mu   sync.Mutex
-	dir  Dir
-	name string
-	f    *os.File // nil once the run has ended
+	mu    sync.Mutex
+	dir   Dir
+	name  string
+	f     *os.File // nil once the run has ended
+	claim *os.File // the name's claim, released last
 }
 
-// Begin marks <name> running and holds an exclusive flock on that record
-// until Finish, Abort or the death of this process. It replaces any final
-// record of an earlier run. It refuses a name whose record another live
+// Begin claims <name>, marks it running and holds an exclusive flock on
+// that record until Finish, Abort or the death of this process. It replaces
+// any final record of an earlier run. It refuses a name that another live
 // exec holds, since two containers need two names.
 func (d Dir) Begin(name string) (*Run, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
-	if held, err := d.held(name); err != nil {
-		return nil, fmt.Errorf("record %s: %w", name, err)
-	} else if held {
-		return nil, fmt.Errorf("record %s: another exec holds it; each container needs its own name", name)
-	}
-	f, err := d.put(Record{Name: name, Running: true}, true)
+	claim, err := d.claim(name)
 	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", name, err)
+	}
+	// An exec that predates claims may hold the record without a claim.
+	held, err := d.held(name)
+	if err == nil && held {
+		err = errHeld
+	}
+	var f *os.File
+	if err == nil {
+		f, err = d.put(Record{Name: name, Running: true}, true)
+	}
+	if err != nil {
+		claim.Close()
+		return nil, fmt.Errorf("record %s: %w", name, err)
+	}
+	return &Run{dir: d, name: name, f: f, claim: claim}, nil
+}
+
+var errHeld = errors.New("another exec holds it; each container needs its own name")
+
+// claimPrefix names each name's claim file, .claim.<name>: a dotfile, which
+// Load skips, and one that is never renamed or removed, so that every exec
+// of a name locks the same inode. (The record cannot serve: each write
+// replaces its inode, so two execs could each lock a different one.)
+const claimPrefix = ".claim."
+
+// claim takes <name> for as long as the returned file is open, by an
+// exclusive flock on its claim file. It refuses at once, without waiting,
+// when another exec has it.
+func (d Dir) claim(name string) (*os.File, error) {
+	f, err := d.openClaim(filepath.Join(d.path, claimPrefix+name))
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	err = flock(f, unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		err = errHeld
+	}
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
-	return &Run{dir: d, name: name, f: f}, nil
+	return f, nil
+}
+
+// openClaim opens the claim file at path, creating it if needed. It never
+// follows a symlink or opens anything but a regular file. It opens for
+// reading, which is all a lock needs, so that a claim file another uid made
+// can still be locked (and the record's owner then decides, by the sticky
+// bit). It creates only with O_EXCL: an O_CREAT open of another uid's file
+// in a sticky directory fails under fs.protected_regular.
+func (d Dir) openClaim(path string) (*os.File, error) {
+	const flags = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	for range loadTries {
+		f, err := os.OpenFile(path, flags, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, recordMode)
+			if errors.Is(err, os.ErrExist) {
+				continue // another exec made it first
+			}
+			if err == nil {
+				err = f.Chmod(recordMode) // the umask must not lock other uids out
+			}
+		}
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%s is a symlink, not a claim file", path)
+		}
+		if err != nil {
+			return nil, err
+		}
+		st, err := fstat(f)
+		if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			err = fmt.Errorf("%s is not a regular file", path)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("%s: created and removed %d times while being opened", path, loadTries)
 }
 
 // held reports whether a live exec holds the record <name>. It probes with a
@@ -76,7 +151,7 @@ func (r *Run) Finish(code int, reason Reason) error {
 		return err
 	}
 	werr := r.dir.Write(rec)
-	cerr := r.f.Close()
+	cerr := errors.Join(r.f.Close(), r.claim.Close())
 	r.f = nil
 	if werr != nil {
 		return fmt.Errorf("finish: %w", werr)
@@ -95,7 +170,7 @@ func (r *Run) Abort() error {
 	if r.f == nil {
 		return fmt.Errorf("record %s: run already ended", r.name)
 	}
-	err := r.f.Close()
+	err := errors.Join(r.f.Close(), r.claim.Close())
 	r.f = nil
 	if err != nil {
 		return fmt.Errorf("record %s: release lock: %w", r.name, err)

@@ -295,7 +295,7 @@ func TestRecordsBeforeRun(t *testing.T) {
 				if !h.logged("completion records settle the job; not starting the proxy") {
 					t.Error("no log of not starting the proxy")
 				}
-				if _, err := os.Stat(filepath.Join(h.dir, "control.sock")); err == nil {
+				if _, err := os.Stat(control.SocketPath(h.dir)); err == nil {
 					t.Error("control socket created though the proxy was never started")
 				}
 				return

@@ -1,0 +1,48 @@
+package health
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/flood"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+)
+
+// One source holding 400 connections that trickle header bytes must not
+// starve the kubelet's probes: each probe is a new connection from another
+// address with the kubelet's 3 s timeout, and every one is answered.
+func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	addr := s.Addr().String()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
+	wait := flood.SlowHeaders(ctx, func(ctx context.Context) (net.Conn, error) {
+		return from.DialContext(ctx, "tcp", addr)
+	}, 400)
+	defer func() { cancel(); wait() }()
+	// Let the flood take every slot it can, and outlive one header timeout,
+	// so that the probes meet it in its steady state.
+	time.Sleep(headerTimeout + 500*time.Millisecond)
+
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}).DialContext,
+	}}
+	lat, errs := flood.Probes(client, []string{"http://" + addr + "/healthz/ready", "http://" + addr + "/healthz/live"}, 8, 250*time.Millisecond)
+	t.Logf("probe latencies under the flood: %v (max %v)", lat, slices.Max(lat))
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("probe %d: %v after %v", i, err, lat[i])
+		}
+	}
+}
