@@ -7,12 +7,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,13 +34,19 @@ func main() {
 }
 
 func run(args []string, stderr io.Writer) int {
-	// Before anything else: until Envoy is initialised these signals kill it.
-	if err := restoreDefaultActions(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGUSR1, unix.SIGUSR2); err != nil {
+	// Before anything else: until Envoy is initialised these signals kill it,
+	// and the ones Go's runtime would ignore or answer with a goroutine dump
+	// kill it the kernel's way.
+	if err := restoreDefaultActions(defaultAction...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	// Envoy's crash handlers are installed at once: a fatal signal, from a
+	// fault or from kill, is logged with a backtrace and re-raised.
+	fatal := make(chan os.Signal, 1)
+	signal.Notify(fatal, fatalSignals...)
 	cfg, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errNoServing) {
 		return 0
 	}
 	if err != nil {
@@ -49,14 +56,34 @@ func run(args []string, stderr io.Writer) int {
 	log := slog.New(fakeenvoy.NewLogHandler(stderr, level))
 	critical := func(msg string) { log.Log(context.Background(), fakeenvoy.LevelCritical, msg) }
 
+	// The crash can come from another goroutine (a signal) at any time.
+	var cleanups cleanupList
+	defer cleanups.run()
+	crash := func(sig syscall.Signal) {
+		critical(fmt.Sprintf("Caught %s, suspect faulting address 0x0", signalDescription(sig)))
+		critical("Backtrace (use tools/stack_decode.py to get line numbers):")
+		critical("Envoy version: " + fakeenvoy.Version())
+		critical("#0: [0x5579f8e1c2a4]")
+		cleanups.run()
+		die(sig)
+	}
+	go func() { crash((<-fatal).(syscall.Signal)) }()
+
 	sigs := make(chan os.Signal, 8)
 	if cfg.hangOnTerm {
 		signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	}
-	log.Info("initializing epoch 0 (base id=0, hot restart version=11.104)")
+	log.Info("initializing epoch 0 (base id=0, hot restart version=" + fakeenvoy.HotRestartVersion() + ")")
 	if cfg.configError {
 		critical(fmt.Sprintf("error initializing configuration '%s': Unable to parse JSON as proto (INVALID_ARGUMENT: invalid JSON)", cfg.configPath))
 		return 1
+	}
+	switch cfg.mode {
+	case "validate":
+		fmt.Fprintf(stderr, "configuration '%s' OK\n", cfg.configPath)
+		return 0
+	case "init_only":
+		return 0
 	}
 	if cfg.orphans > 0 {
 		if err := spawnOrphans(cfg.orphans, cfg.orphanLife); err != nil {
@@ -72,52 +99,35 @@ func run(args []string, stderr io.Writer) int {
 		critical(err.Error())
 		return 1
 	}
-	var cleanups []func()
-	defer func() {
-		for _, c := range cleanups {
-			c()
-		}
-	}()
 	exit := func(code int) {
-		for _, c := range cleanups {
-			c()
-		}
+		cleanups.run()
 		log.Info("exiting")
 		os.Exit(code)
 	}
-	crash := func() {
-		critical("Caught Segmentation fault, suspect faulting address 0x0")
-		critical("Backtrace (use tools/stack_decode.py to get line numbers):")
-		critical("Envoy version: " + fakeenvoy.Version())
-		for _, c := range cleanups {
-			c()
-		}
-		die(unix.SIGSEGV)
-	}
 	if cfg.control != "" {
-		ctl, err := serveControl(cfg.control, fixture{envoy: e, crash: crash, exit: exit})
+		ctl, err := serveControl(cfg.control, fixture{envoy: e, crash: func() { crash(unix.SIGSEGV) }, exit: exit})
 		if err != nil {
 			critical(err.Error())
 			return 1
 		}
-		cleanups = append(cleanups, func() { ctl.Close() })
+		cleanups.add(func() { ctl.Close() })
 	}
-	if cfg.adminAddressPath != "" {
-		go func() {
+	// The address file comes before the ready file, and whole: a reader that
+	// waits for the ready file then reads the address must find it.
+	go func() {
+		if cfg.adminAddressPath != "" {
 			<-e.Bound()
-			if err := os.WriteFile(cfg.adminAddressPath, []byte(e.AdminAddr()), 0o644); err != nil {
+			if err := writeWhole(cfg.adminAddressPath, []byte(e.AdminAddr())); err != nil {
 				critical(fmt.Sprintf("cannot open admin address output file %s for writing.", cfg.adminAddressPath))
 			}
-		}()
-	}
-	if cfg.readyFile != "" {
-		go func() {
+		}
+		if cfg.readyFile != "" {
 			<-e.Initialized()
 			if err := os.WriteFile(cfg.readyFile, nil, 0o644); err != nil {
 				log.Error(fmt.Sprintf("ready file: %v", err))
 			}
-		}()
-	}
+		}
+	}()
 
 	quit := e.Quit()
 	crashAt, exitAt := after(cfg.crashAfter), after(cfg.exitAfter)
@@ -155,10 +165,42 @@ func run(args []string, stderr io.Writer) int {
 		case <-e.Fatal():
 			return 1 // already logged
 		case <-crashAt:
-			crash()
+			crash(unix.SIGSEGV)
 		case <-exitAt:
 			exit(cfg.exitCode)
 		}
+	}
+}
+
+// writeWhole writes a file that readers never see half written.
+func writeWhole(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// cleanupList is what must be undone however the process ends. Each cleanup
+// runs once.
+type cleanupList struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (l *cleanupList) add(fn func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fns = append(l.fns, fn)
+}
+
+func (l *cleanupList) run() {
+	l.mu.Lock()
+	fns := l.fns
+	l.fns = nil
+	l.mu.Unlock()
+	for _, fn := range fns {
+		fn()
 	}
 }
 

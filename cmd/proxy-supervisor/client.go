@@ -22,16 +22,19 @@ const retryEvery = 10 * time.Millisecond
 
 // waitReady waits until the supervisor in dir says the proxy is ready, or
 // until timeout. It returns the supervisor's last reason when it gives up.
-// A wait that gives up fails; it never proceeds without the proxy.
-func waitReady(ctx context.Context, dir string, trust uidList, timeout time.Duration) (bool, string) {
+// A wait that gives up fails; it never proceeds without the proxy. A
+// refusal ends the wait at once with its error, because asking again would
+// only be refused again: a 4xx answer (a uid outside --allowed-uids), or a
+// socket served by a uid that is not trusted to be the supervisor.
+func waitReady(ctx context.Context, dir string, trust uidList, timeout time.Duration) (ready bool, why string, refused error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := control.NewClient(dir, trust...)
-	why := "no supervisor listening on " + c.Path()
+	why = "no supervisor listening on " + c.Path()
 	for {
 		left := time.Until(deadlineOf(ctx))
 		if left <= 0 {
-			return false, why
+			return false, why, nil
 		}
 		// Ask the server to answer a little before our own deadline, so
 		// that a proxy that is not ready comes back with its reason rather
@@ -39,22 +42,22 @@ func waitReady(ctx context.Context, dir string, trust uidList, timeout time.Dura
 		ready, reason, err := c.Ready(ctx, min(left-left/10, control.MaxWait))
 		switch {
 		case ready:
-			return true, ""
+			return true, "", nil
 		case err == nil:
 			why = reason
 			continue // the long poll ended without readiness; ask again
-		case errors.As(err, new(*control.UntrustedError)):
-			return false, err.Error() // an impostor does not go away
+		case control.Refused(err), errors.As(err, new(*control.UntrustedError)):
+			return false, "", err
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()
 		case ctx.Err() != nil:
-			return false, why
+			return false, why, nil
 		default:
 			why = err.Error()
 		}
 		select {
 		case <-ctx.Done():
-			return false, why
+			return false, why, nil
 		case <-time.After(retryEvery):
 		}
 	}
@@ -98,8 +101,9 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	f := newFlags("wait", "wait [--timeout D] [--control-dir DIR | --url URL]",
 		"Exits 0 once the proxy is ready, or non-zero at the timeout. Fits a postStart hook and an app's start script.")
 	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
-	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
-	url := f.fs.String("url", "", "an HTTP readiness URL to poll instead of the control socket (a proxy that is not ours)")
+	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
+	url := &httpURL{schemes: []string{"http", "https"}}
+	f.fs.Var(url, "url", "an HTTP readiness `URL` to poll instead of the control socket (a proxy that is not ours)")
 	trust := supervisorUIDs(f)
 	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
@@ -113,16 +117,21 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
 		return 2
 	}
-	if *url != "" && f.explicit("control-dir") {
+	if url.val != "" && f.explicit("control-dir") {
 		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
 		return 2
 	}
 	var ok bool
 	var why string
-	if *url != "" {
-		ok, why = waitURL(*url, *timeout)
+	var refused error
+	if url.val != "" {
+		ok, why = waitURL(url.val, *timeout)
 	} else {
-		ok, why = waitReady(context.Background(), *dir, *trust, *timeout)
+		ok, why, refused = waitReady(context.Background(), *dir, *trust, *timeout)
+	}
+	if refused != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: wait: refused: %v\n", refused)
+		return 1
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: proxy not ready after %v: %s\n", *timeout, why)
@@ -135,7 +144,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 	f := newFlags("prestop", "prestop [--timeout D] [--control-dir DIR]",
 		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it.")
 	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most")
-	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
 	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return code
@@ -160,7 +169,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 
 func runStatus(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("status", "status [--control-dir DIR]", "Prints the supervisor's state as JSON.")
-	dir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock")
+	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
 	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return code

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
@@ -25,15 +27,15 @@ var forwarded = []os.Signal{
 
 func peerFlags(f *flags) (name, dir *string, trust *uidList) {
 	name = f.fs.String("name", control.DefaultPeer, "this peer's name; set it literally in each app container's manifest (the downward API cannot give a container its own name)")
-	dir = f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir holding control.sock and peers/")
+	dir = controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock and peers/")
 	return name, dir, supervisorUIDs(f)
 }
 
 func runExec(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("exec", "exec [--name N] [--timeout D] [--control-dir DIR] -- COMMAND [ARG...]",
-		"Marks this peer running, waits until the proxy is ready, runs COMMAND (forwarding signals, reaping orphans), records its completion and exits with its code. If the proxy is not ready within --timeout it records not-ready and exits 69 without running COMMAND.")
+		"Marks this peer running, waits until the proxy is ready, runs COMMAND (forwarding signals, reaping orphans), records its completion and exits with its code. If the proxy is not ready within --timeout it records not-ready and exits 69 without running COMMAND. When the record cannot be written (a full or read-only volume), COMMAND still runs and its completion goes over the socket alone.")
 	name, dir, trust := peerFlags(f)
-	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the proxy (Istio's startup budget)")
+	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the proxy (Istio's startup budget), and for a supervisor to take a completion that could not be recorded")
 	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
 		return code
@@ -74,11 +76,19 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 
 	// The supervisor creates peers/; an app that starts first waits for it
 	// as part of waiting for the proxy.
-	rec, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
+	rep := reporter{cmd: "exec", dir: *dir, name: *name, trust: *trust, stderr: stderr}
+	run, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
+	if err != nil && unwritable(err) {
+		// The app must not be held hostage by a volume it cannot write:
+		// run it, and report its end over the socket.
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: cannot mark %s running (%v); running without the lock that marks it running, so a restarted supervisor cannot tell this run from an earlier one, and cannot see it lost if it is killed\n", *name, err)
+		err = nil
+	}
 	var ok bool
 	var why string
+	var refused error
 	if err == nil {
-		ok, why = waitReady(ctx, *dir, *trust, time.Until(deadline))
+		ok, why, refused = waitReady(ctx, *dir, *trust, time.Until(deadline))
 	}
 	cancel()
 	<-watched
@@ -97,12 +107,17 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if stop != nil {
 		code := 128 + int(stop.(syscall.Signal))
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", stop, cmdline[0])
-		finish(rec, *dir, *trust, code, peers.Signaled, stderr)
+		rep.finish(run, code, peers.Signaled, 0, nil)
 		return code
+	}
+	if refused != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: the supervisor refused: %v; not running %s\n", refused, cmdline[0])
+		rep.finish(run, peers.NotReadyCode, peers.NotReady, 0, nil)
+		return peers.NotReadyCode
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", *timeout, why, cmdline[0])
-		finish(rec, *dir, *trust, peers.NotReadyCode, peers.NotReady, stderr)
+		rep.finish(run, peers.NotReadyCode, peers.NotReady, 0, nil)
 		return peers.NotReadyCode
 	}
 
@@ -110,8 +125,23 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
 	}
-	finish(rec, *dir, *trust, code, reason, stderr)
+	// The app's code is exec's code whatever becomes of the report: it is
+	// the one fact the kubelet must get right, and a success turned into a
+	// failure would make OnFailure run finished work again.
+	rep.finish(run, code, reason, *timeout, sigs)
 	return code
+}
+
+// unwritable reports whether err means that the volume takes no writes
+// (read-only, full, out of quota or inodes, failing, or not writable for
+// this uid), as opposed to a name that another container owns or holds.
+func unwritable(err error) bool {
+	for _, errno := range []error{unix.EROFS, unix.ENOSPC, unix.EDQUOT, unix.EIO, unix.EACCES} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // beginWhenReady marks the record running, retrying while the records
@@ -181,44 +211,132 @@ func runChild(argv []string, sigs <-chan os.Signal) (int, peers.Reason, error) {
 	}
 }
 
-// finish writes the final record, then pokes the supervisor. The record is
-// what counts; the poke only makes the supervisor read it now.
-func finish(rec *peers.Run, dir string, trust uidList, code int, reason peers.Reason, stderr io.Writer) {
-	if err := rec.Finish(code, reason); err != nil {
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: record completion: %v\n", err)
+// reporter tells the supervisor how a peer ended: by its record, then a
+// poke on the socket; or, when the record cannot be written, by the socket
+// alone.
+type reporter struct {
+	cmd, dir, name string
+	trust          uidList // uids trusted to serve the control socket
+	stderr         io.Writer
+}
+
+func (r reporter) say(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "proxy-supervisor: %s: "+format+"\n", append([]any{r.cmd}, args...)...)
+}
+
+// finish records exec's end and tells the supervisor. run is the running
+// record's lock, nil when it could not be taken. It is released only once
+// the end is recorded or reported: released first, it would make the
+// supervisor count the run lost (137) before the report arrived. When the
+// record cannot be written, a supervisor that does not answer is waited
+// for up to wait (zero: asked once), or until a stop signal on sigs.
+func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait time.Duration, sigs <-chan os.Signal) {
+	err := peers.Open(r.dir).Write(peers.Record{Name: r.name, ExitCode: code, Reason: reason})
+	if err == nil {
+		r.release(run)
+		r.poke(code, reason)
 		return
 	}
-	poke(dir, trust, rec.Name(), code, reason, "exec", stderr)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGQUIT {
+					cancel()
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	r.deliver(ctx, code, reason, err)
+	r.release(run)
+}
+
+// release lets go of the running record's lock. The final record is in
+// place by now, or the end was reported over the socket, so the lock's
+// release reads as that end, not as a loss.
+func (r reporter) release(run *peers.Run) {
+	if run == nil {
+		return
+	}
+	if err := run.Abort(); err != nil {
+		r.say("%v", err)
+	}
 }
 
 // poke tells the supervisor to read the records now. It fails only when the
 // supervisor refused the report (an unknown name, say); a supervisor that is
 // not listening reads the record when it starts.
-func poke(dir string, trust uidList, name string, code int, reason peers.Reason, cmd string, stderr io.Writer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (r reporter) poke(code int, reason peers.Reason) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pokeTimeout)
 	defer cancel()
-	err := control.NewClient(dir, trust...).Complete(ctx, name, code, string(reason))
-	var refused *control.APIError
+	err := control.NewClient(r.dir, r.trust...).Complete(ctx, r.name, code, string(reason))
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &refused):
-		fmt.Fprintf(stderr, "proxy-supervisor: %s: the supervisor refused the completion of %s: %v\n", cmd, name, err)
+	case control.Refused(err):
+		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
-		fmt.Fprintf(stderr, "proxy-supervisor: %s: completion of %s recorded; no supervisor is listening yet, and it will read the record when it starts\n", cmd, name)
+		r.say("completion of %s recorded; no supervisor is listening yet, and it will read the record when it starts", r.name)
 	default:
-		fmt.Fprintf(stderr, "proxy-supervisor: %s: completion of %s recorded; telling the supervisor failed (%v), and it will read the record on its next scan\n", cmd, name, err)
+		r.say("completion of %s recorded; telling the supervisor failed (%v), and it will read the record on its next scan", r.name, err)
 	}
 	return nil
 }
 
+// pokeTimeout bounds one request to the supervisor.
+const pokeTimeout = 5 * time.Second
+
+// deliver reports a completion whose record could not be written (why) over
+// the socket alone. That is then its only way to the supervisor, so while
+// none answers, it asks again until ctx ends: a restarting proxy container
+// comes back. The supervisor keeps what it is told (peers/.posted, and in
+// memory if the volume refuses that too).
+func (r reporter) deliver(ctx context.Context, code int, reason peers.Reason, why error) error {
+	r.say("cannot record the completion of %s (exit %d): %v; reporting it over the socket", r.name, code, why)
+	c := control.NewClient(r.dir, r.trust...)
+	said := false
+	for {
+		// Each try gets its own bound, so that a wait of zero still asks once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pokeTimeout)
+		err := c.Complete(rctx, r.name, code, string(reason))
+		cancel()
+		switch {
+		case err == nil:
+			r.say("the supervisor took the completion of %s (exit %d) over the socket; peers/ holds no record of it", r.name, code)
+			return nil
+		case control.Refused(err):
+			r.say("completion of %s (exit %d) is lost: it could not be recorded, and the supervisor refused it: %v", r.name, code, err)
+			return err
+		}
+		if !said && ctx.Err() == nil {
+			r.say("no supervisor took it yet (%v); asking again until it does", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			r.say("completion of %s (exit %d) is lost: it could not be recorded (%v), and no supervisor took it (%v)", r.name, code, why, err)
+			return fmt.Errorf("completion of %s lost", r.name)
+		case <-time.After(deliverEvery):
+		}
+	}
+}
+
+// deliverEvery is how often deliver asks again.
+const deliverEvery = 100 * time.Millisecond
+
 func runComplete(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("complete", "complete [--name N] [--exit-code C] [--control-dir DIR]",
-		"Records this peer's completion durably, then tells the supervisor. It succeeds even when no supervisor is listening: the supervisor reads the record when it starts.")
+		"Records this peer's completion durably, then tells the supervisor. It succeeds even when no supervisor is listening: the supervisor reads the record when it starts. When the record cannot be written (a full or read-only volume), the completion goes over the socket alone, and complete waits up to --timeout for a supervisor to take it. Exits 0 once the completion is recorded or taken, 1 when it was neither or the supervisor refused it, 2 on bad usage.")
 	name, dir, trust := peerFlags(f)
-	code := f.fs.Int("exit-code", 0, "the peer's exit code, 0 to 255")
-	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the supervisor to create peers/ when it has never run in this pod yet")
+	var code exitCode
+	f.fs.Var(&code, "exit-code", "the peer's exit code, a decimal integer from 0 to 255")
+	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the supervisor to create peers/ when it has never run in this pod yet, or to take a completion that could not be recorded")
 	if _, c, done := parseOrExit(f, args, env, stdout, stderr); done {
 		return c
 	}
@@ -226,17 +344,29 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "proxy-supervisor: complete: --name: %v\n", err)
 		return 2
 	}
-	if err := peers.ValidCode(*code); err != nil {
-		fmt.Fprintf(stderr, "proxy-supervisor: complete: --exit-code: %v\n", err)
+	if err := positive("timeout", *timeout); err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: complete: %v\n", err)
 		return 2
 	}
-	rec := peers.Record{Name: *name, ExitCode: *code, Reason: peers.Exited, Time: time.Now()}
-	if err := writeWhenReady(peers.Open(*dir), rec, time.Now().Add(*timeout), stderr); err != nil {
+	deadline := time.Now().Add(*timeout)
+	rep := reporter{cmd: "complete", dir: *dir, name: *name, trust: *trust, stderr: stderr}
+	rec := peers.Record{Name: *name, ExitCode: int(code), Reason: peers.Exited, Time: time.Now()}
+	err := writeWhenReady(peers.Open(*dir), rec, deadline, stderr)
+	switch {
+	case err == nil:
+		if rep.poke(int(code), peers.Exited) != nil {
+			return 1
+		}
+		return 0
+	case unwritable(err):
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		if rep.deliver(ctx, int(code), peers.Exited, err) != nil {
+			return 1
+		}
+		return 0
+	default:
 		fmt.Fprintf(stderr, "proxy-supervisor: complete: %v\n", err)
 		return 1
 	}
-	if poke(*dir, *trust, *name, *code, peers.Exited, "complete", stderr) != nil {
-		return 1
-	}
-	return 0
 }

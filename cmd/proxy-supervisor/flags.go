@@ -5,10 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // EnvPrefix starts the environment variable of every flag:
@@ -51,7 +59,7 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, usagef("%s: %v", f.fs.Name(), strings.Replace(err.Error(), "-", "--", 1))
+		return nil, usagef("%s: %s", f.fs.Name(), dashed(err.Error()))
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
@@ -62,11 +70,38 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 		}
 		if v := getenv(envName(fl.Name)); v != "" {
 			if e := f.fs.Set(fl.Name, v); e != nil {
-				err = usagef("%s: %s=%q: %v", f.fs.Name(), envName(fl.Name), v, e)
+				err = usagef("%s: --%s from %s=%q: %v", f.fs.Name(), fl.Name, envName(fl.Name), v, e)
 			}
 		}
 	})
 	return f.fs.Args(), err
+}
+
+// dashed makes the flag package's messages name flags the way they are
+// documented, with two dashes. Only the dash before the flag's name is
+// doubled, never one inside a quoted value.
+func dashed(msg string) string {
+	for _, p := range []string{"flag provided but not defined: -", "flag needs an argument: -"} {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return p + "-" + rest
+		}
+	}
+	for _, p := range []string{"invalid value ", "invalid boolean value "} {
+		rest, ok := strings.CutPrefix(msg, p)
+		if !ok {
+			continue
+		}
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return msg
+		}
+		for _, mid := range []string{" for flag -", " for -"} {
+			if tail, ok := strings.CutPrefix(rest[len(q):], mid); ok {
+				return p + q + mid + "-" + tail
+			}
+		}
+	}
+	return msg
 }
 
 // given reports whether a flag was set on the command line or through its
@@ -144,8 +179,9 @@ func (u *uidList) String() string {
 func (u *uidList) Set(v string) error {
 	*u = nil
 	for _, f := range splitList(v) {
+		// 4294967295 is (uid_t)-1, which no process has: chown's "no change".
 		n, err := strconv.ParseUint(f, 10, 32)
-		if err != nil {
+		if err != nil || n == 1<<32-1 {
 			return fmt.Errorf("%q is not a uid", f)
 		}
 		*u = append(*u, uint32(n))
@@ -206,4 +242,140 @@ func positive(name string, d time.Duration) error {
 		return usagef("--%s: must be above zero, got %v", name, d)
 	}
 	return nil
+}
+
+// exitCode is an exit code: a decimal integer from 0 to 255, read the way
+// the control socket reads exit_code (010 is 10, 0x10 is refused), so that
+// a code means the same whichever way it is reported.
+type exitCode int
+
+func (c *exitCode) String() string { return strconv.Itoa(int(*c)) }
+
+func (c *exitCode) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 255 {
+		return errors.New("want a decimal integer from 0 to 255")
+	}
+	*c = exitCode(n)
+	return nil
+}
+
+// listenAddr is a TCP address to listen on, host:port with a numeric port
+// from 1 to 65535, or empty for off. A bad one is refused with the flags,
+// not found out by the listener after the proxy has started.
+type listenAddr string
+
+func (a *listenAddr) String() string { return string(*a) }
+
+func (a *listenAddr) Set(v string) error {
+	if v == "" {
+		*a = ""
+		return nil
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return errors.New("want HOST:PORT, such as :15022 or 127.0.0.1:15022")
+	}
+	if err := checkHost(host, true); err != nil {
+		return err
+	}
+	if _, err := parsePort(port); err != nil {
+		return err
+	}
+	*a = listenAddr(v)
+	return nil
+}
+
+// httpURL is the base URL of an HTTP server: http (or one of schemes), a
+// host, and a port from 1 to 65535 if one is given.
+type httpURL struct {
+	val     string
+	schemes []string
+}
+
+func (u *httpURL) String() string { return u.val }
+
+func (u *httpURL) Set(v string) error {
+	p, err := url.Parse(v)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	switch {
+	case !slices.Contains(u.schemes, p.Scheme):
+		return fmt.Errorf("want %s://HOST:PORT", strings.Join(u.schemes, "|"))
+	case p.User != nil:
+		return errors.New("credentials in the URL are not supported")
+	case p.Opaque != "":
+		return fmt.Errorf("want %s://HOST:PORT", p.Scheme)
+	}
+	if err := checkHost(p.Hostname(), false); err != nil {
+		return err
+	}
+	if port := p.Port(); port != "" || strings.HasSuffix(p.Host, ":") {
+		if _, err := parsePort(port); err != nil {
+			return err
+		}
+	}
+	u.val = v
+	return nil
+}
+
+// checkHost accepts an IP address or a DNS name; empty only where it means
+// every address.
+func checkHost(host string, emptyOK bool) error {
+	if host == "" {
+		if emptyOK {
+			return nil
+		}
+		return errors.New("no host")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if len(host) > 253 {
+		return errors.New("host name longer than 253 characters")
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+		}
+	}
+	return nil
+}
+
+// parsePort reads a decimal port from 1 to 65535. Service names (":http")
+// are refused: the port is also the proxy's, for telling sockets apart.
+func parsePort(s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
+	}
+	return uint16(n), nil
+}
+
+// controlDir is the shared emptyDir. sock/control.sock must fit a unix socket
+// address there, or no client could ever reach the supervisor; that is a
+// bad flag, not something to find out at the timeout.
+type controlDir string
+
+func (d *controlDir) String() string { return string(*d) }
+
+func (d *controlDir) Set(v string) error {
+	if v == "" {
+		return errors.New("empty; want the directory of the shared volume")
+	}
+	max := len(unix.RawSockaddrUnix{}.Path) - 1
+	if sock := control.SocketPath(v); len(sock) > max {
+		return fmt.Errorf("too long: %s must fit in a unix socket address (%d bytes)", sock, max)
+	}
+	*d = controlDir(v)
+	return nil
+}
+
+// controlDirFlag defines --control-dir with its default.
+func controlDirFlag(f *flags, usage string) *string {
+	d := controlDir(DefaultControlDir)
+	f.fs.Var(&d, "control-dir", usage)
+	return (*string)(&d)
 }

@@ -2,9 +2,16 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 func envOf(kv map[string]string) func(string) string {
@@ -152,5 +159,183 @@ func FuzzEnvValues(f *testing.F) {
 		}
 		var u uidList
 		u.Set(uids)
+	})
+}
+
+// runFor runs the command line in-process, bounded: a flag that is not
+// refused may start a supervisor that never returns.
+func runFor(t *testing.T, args []string, env map[string]string) (int, string) {
+	t.Helper()
+	var out, errw bytes.Buffer // read only once run has returned
+	done := make(chan int, 1)
+	go func() { done <- run(args, envOf(env), &out, &errw) }()
+	select {
+	case code := <-done:
+		return code, errw.String()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%q still running after 10s", args)
+		return 0, ""
+	}
+}
+
+// Exit codes are decimal everywhere, as the socket reads them: 010 is 10,
+// and 0x10 is refused rather than read as 16.
+func TestExitCodeIsDecimal(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int // the recorded code; -1: refused with exit 2
+	}{
+		{"leading zero", []string{"--exit-code", "010"}, nil, 10},
+		{"leading zero from env", nil, map[string]string{"PROXY_SUPERVISOR_EXIT_CODE": "010"}, 10},
+		{"plain", []string{"--exit-code", "255"}, nil, 255},
+		{"hex", []string{"--exit-code", "0x10"}, nil, -1},
+		{"hex from env", nil, map[string]string{"PROXY_SUPERVISOR_EXIT_CODE": "0x10"}, -1},
+		{"octal prefix", []string{"--exit-code", "0o10"}, nil, -1},
+		{"binary", []string{"--exit-code", "0b1"}, nil, -1},
+		{"underscore", []string{"--exit-code", "1_0"}, nil, -1},
+		{"too big", []string{"--exit-code", "256"}, nil, -1},
+		{"negative", []string{"--exit-code", "-1"}, nil, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := peers.Open(dir).Create(); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"complete", "--control-dir", dir}, tt.args...)
+			code, stderr := runFor(t, args, tt.env)
+			if tt.want < 0 {
+				if code != 2 || !strings.Contains(stderr, "--exit-code") {
+					t.Fatalf("exit %d, want 2 naming --exit-code; stderr:\n%s", code, stderr)
+				}
+				if _, ok, _ := peers.Open(dir).Get(control.DefaultPeer, nil); ok {
+					t.Fatal("a refused code was recorded")
+				}
+				return
+			}
+			if code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			r, ok, err := peers.Open(dir).Get(control.DefaultPeer, nil)
+			if !ok || err != nil || r.ExitCode != tt.want {
+				t.Fatalf("record %+v %v %v, want code %d", r, ok, err, tt.want)
+			}
+		})
+	}
+}
+
+// Bad addresses and URLs are refused with the flags: exit 2 and one line
+// that names the flag, before anything starts.
+func TestBadFlagValuesExit2(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
+	sup := func(flags ...string) []string {
+		return append(append([]string{"supervise", "--control-dir", t.TempDir()}, flags...), "--", "/nonexistent/proxy")
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		flag string
+	}{
+		{"health addr without port", sup("--health-addr", "notaport"), nil, "--health-addr"},
+		{"health port too big", sup("--health-addr", ":99999"), nil, "--health-addr"},
+		{"health port zero", sup("--health-addr", "127.0.0.1:0"), nil, "--health-addr"},
+		{"health port by name", sup("--health-addr", ":http"), nil, "--health-addr"},
+		{"health host junk", sup("--health-addr", "a b:15022"), nil, "--health-addr"},
+		{"health addr from env", sup(), map[string]string{"PROXY_SUPERVISOR_HEALTH_ADDR": ":99999"}, "--health-addr"},
+		{"admin port too big", sup("--admin-url", "http://127.0.0.1:99999"), nil, "--admin-url"},
+		{"admin port zero", sup("--admin-url", "http://127.0.0.1:0"), nil, "--admin-url"},
+		{"admin port empty", sup("--admin-url", "http://127.0.0.1:"), nil, "--admin-url"},
+		{"admin https", sup("--admin-url", "https://127.0.0.1:15000"), nil, "--admin-url"},
+		{"admin without scheme", sup("--admin-url", "127.0.0.1:15000"), nil, "--admin-url"},
+		{"admin without host", sup("--admin-url", "http://:15000"), nil, "--admin-url"},
+		{"admin with dash in host", sup("--admin-url", "http://a-:99999"), nil, "--admin-url"},
+		{"admin from env", sup(), map[string]string{"PROXY_SUPERVISOR_ADMIN_URL": "http://127.0.0.1:99999"}, "--admin-url"},
+		{"grace period negative", sup("--grace-period", "-1s"), nil, "--grace-period"},
+		{"health port is the admin port", sup("--health-addr", "127.0.0.1:15000"), nil, "--health-addr"},
+		{"health port is the admin port, any address", sup("--health-addr", ":9901", "--admin-url", "http://127.0.0.1:9901"), nil, "--health-addr"},
+		{"allowed uid -1", sup("--allowed-uids", "0,4294967295"), nil, "--allowed-uids"},
+		{"control dir too long", sup("--control-dir", long), nil, "--control-dir"},
+		{"control dir empty", sup("--control-dir", ""), nil, "--control-dir"},
+		{"wait control dir too long", []string{"wait", "--timeout", "1s", "--control-dir", long}, nil, "--control-dir"},
+		{"wait url port too big", []string{"wait", "--timeout", "1s", "--url", "http://127.0.0.1:99999/ready"}, nil, "--url"},
+		{"wait url scheme", []string{"wait", "--timeout", "1s", "--url", "ftp://127.0.0.1/ready"}, nil, "--url"},
+		{"exec control dir too long", []string{"exec", "--timeout", "1s", "--control-dir", long, "--", "true"}, nil, "--control-dir"},
+		{"complete timeout zero", []string{"complete", "--control-dir", t.TempDir(), "--timeout", "0s"}, nil, "--timeout"},
+		{"prestop control dir too long", []string{"prestop", "--timeout", "1s", "--control-dir", long}, nil, "--control-dir"},
+		{"status control dir empty", []string{"status", "--control-dir", ""}, nil, "--control-dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stderr := runFor(t, tt.args, tt.env)
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if code != 2 || len(lines) != 1 || !strings.Contains(stderr, tt.flag) {
+				t.Fatalf("exit %d, want 2 with one line naming %s; stderr:\n%s", code, tt.flag, stderr)
+			}
+		})
+	}
+}
+
+func TestGoodAddressesAccepted(t *testing.T) {
+	for _, v := range []string{"", ":15022", "0.0.0.0:15022", "127.0.0.1:1", "[::]:65535", "[::1]:15022", "localhost:15022", "pod.ns.svc:15022"} {
+		var a listenAddr
+		if err := a.Set(v); err != nil || a.String() != v {
+			t.Errorf("address %q refused: %v", v, err)
+		}
+	}
+	for _, v := range []string{"http://127.0.0.1:15000", "http://localhost:15000/", "http://[::1]:15000", "http://envoy"} {
+		u := httpURL{schemes: []string{"http"}}
+		if err := u.Set(v); err != nil || u.String() != v {
+			t.Errorf("URL %q refused: %v", v, err)
+		}
+	}
+}
+
+// The flag package's message gets two dashes before the flag's name only,
+// never inside the value it quotes.
+func TestDashed(t *testing.T) {
+	for in, want := range map[string]string{
+		`invalid value "a-b" for flag -admin-url: bad`:  `invalid value "a-b" for flag --admin-url: bad`,
+		`invalid value "\" for flag -x" for flag -y: z`: `invalid value "\" for flag -x" for flag --y: z`,
+		`invalid boolean value "-1" for -native: bad`:   `invalid boolean value "-1" for --native: bad`,
+		`flag provided but not defined: -drain-max`:     `flag provided but not defined: --drain-max`,
+		`flag needs an argument: -timeout`:              `flag needs an argument: --timeout`,
+		`bad flag syntax: ---x`:                         `bad flag syntax: ---x`,
+	} {
+		if got := dashed(in); got != want {
+			t.Errorf("dashed(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// What the flags accept, their users can use: an exit code the socket reads
+// the same, an address with a real port, an admin URL with a port.
+func FuzzAddressAndCodeFlags(f *testing.F) {
+	f.Add("010", ":15022", "http://127.0.0.1:15000")
+	f.Add("0x10", "notaport", "http://127.0.0.1:99999")
+	f.Add("+7", "[::1]:0", "http://[::1]")
+	f.Fuzz(func(t *testing.T, code, addr, rawURL string) {
+		var c exitCode
+		if c.Set(code) == nil {
+			if n, err := strconv.Atoi(code); err != nil || n != int(c) || n < 0 || n > 255 {
+				t.Fatalf("code %q accepted as %d", code, c)
+			}
+		}
+		var a listenAddr
+		if a.Set(addr) == nil && addr != "" {
+			_, port, err := net.SplitHostPort(addr)
+			if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+				t.Fatalf("address %q accepted", addr)
+			}
+		}
+		u := httpURL{schemes: []string{"http"}}
+		if u.Set(rawURL) == nil {
+			admin, err := envoy.NewAdmin(rawURL)
+			if err != nil || admin.Port() == 0 {
+				t.Fatalf("admin URL %q accepted but unusable: %v", rawURL, err)
+			}
+		}
 	})
 }

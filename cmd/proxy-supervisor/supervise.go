@@ -23,9 +23,11 @@ const graceMargin = 5 * time.Second
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
-	adminURL := f.fs.String("admin-url", "http://127.0.0.1:15000", "Envoy's admin API: readiness, drain, stop and connection counts come from it")
-	healthAddr := f.fs.String("health-addr", ":15022", "address of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
-	controlDir := f.fs.String("control-dir", DefaultControlDir, "the shared emptyDir: control.sock and the completion records in peers/")
+	adminURL := &httpURL{"http://127.0.0.1:15000", []string{"http"}}
+	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT: readiness, drain, stop and connection counts come from it")
+	healthAddr := listenAddr(":15022")
+	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
+	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
 	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
 	onFailure := &choice{"exit", []string{"exit", "wait"}}
 	f.fs.Var(onFailure, "on-peer-failure", "exit: a failed peer stops the proxy (restartPolicy Never); wait: only success ends it (OnFailure)")
@@ -59,9 +61,12 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if len(cmdline) == 0 {
 		return fail(usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]"))
 	}
-	admin, err := envoy.NewAdmin(*adminURL)
+	admin, err := envoy.NewAdmin(adminURL.val)
 	if err != nil {
 		return fail(usagef("--admin-url: %v", err))
+	}
+	if hp, ok := portOf(string(healthAddr)); ok && hp == admin.Port() {
+		return fail(usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", hp))
 	}
 	count, names, err := peers.ParsePeers(*peerSpec)
 	if err != nil {
@@ -91,6 +96,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *drainMin < 0 {
 		return fail(usagef("--drain-min: must not be negative"))
 	}
+	if *gracePeriod < 0 {
+		return fail(usagef("--grace-period: must not be negative"))
+	}
 	var logw io.Writer = stderr
 	var h slog.Handler = slog.NewTextHandler(logw, nil)
 	if logFormat.val == "json" {
@@ -108,12 +116,12 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 			"drain_timeout", *drainTimeout, "stop_timeout", *stopTimeout, "margin", graceMargin, "need", need, "grace_period", *gracePeriod)
 	}
 
-	healthPort, _ := portOf(*healthAddr)
+	healthPort, _ := portOf(string(healthAddr))
 	s, err := supervise.New(supervise.Config{
 		Command:     cmdline,
 		Admin:       admin,
 		StrictReady: *strict,
-		HealthAddr:  *healthAddr,
+		HealthAddr:  string(healthAddr),
 		ControlDir:  *controlDir,
 		AllowedUIDs: allowed,
 		Policy: peers.Policy{

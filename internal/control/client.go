@@ -85,6 +85,14 @@ func Unavailable(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
+// Refused reports whether err is the supervisor refusing a request (a 4xx
+// answer): bad input, or a uid it does not allow. Asking again gets the same
+// answer, so a client gives up at once.
+func Refused(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Code >= 400 && e.Code < 500
+}
+
 // APIError is an answer with an error status.
 type APIError struct {
 	Code int

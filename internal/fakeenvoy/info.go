@@ -21,6 +21,10 @@ const (
 // Version is the build string /server_info reports, in Envoy's shape.
 func Version() string { return envoyRevision + "/" + envoyVersion + "/Clean/RELEASE/BoringSSL" }
 
+// HotRestartVersion is what --hot-restart-version prints and /hot_restart_version
+// answers.
+func HotRestartVersion() string { return hotRestartVersion }
+
 // serverInfo is admin.v3.ServerInfo with its fields in proto order, which is the order
 // Envoy prints them in.
 type serverInfo struct {

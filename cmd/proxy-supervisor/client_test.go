@@ -1,0 +1,82 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+)
+
+// refusingSupervisor serves the control socket in a new control dir and
+// answers every request with 403 and a JSON error, as a supervisor does for
+// a uid outside --allowed-uids. It counts the requests.
+func refusingSupervisor(t *testing.T) (dir string, hits *atomic.Int64) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := peers.Open(dir).Create(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Dir(control.SocketPath(dir)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", control.SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits = new(atomic.Int64)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"error":"uid 0 is not in --allowed-uids"}` + "\n"))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return dir, hits
+}
+
+// A refusal (4xx) is final: the client exits at once, non-zero, with the
+// supervisor's error, instead of asking again every 10 ms until its timeout
+// (and making the supervisor log a warning per try).
+func TestRefusedClientExitsAtOnce(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		maxHits int64
+	}{
+		{"wait", []string{"wait", "--timeout", "30s"}, 1, 1},
+		// exec asks once for readiness and once to report its not-ready
+		// end; it never runs the command.
+		{"exec", []string{"exec", "--timeout", "30s", "--", "/bin/touch", ran}, peers.NotReadyCode, 2},
+		{"complete", []string{"complete", "--exit-code", "3"}, 1, 1},
+		{"prestop", []string{"prestop", "--timeout", "30s"}, 1, 1},
+		{"status", []string{"status"}, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, hits := refusingSupervisor(t)
+			args := append([]string{tt.args[0], "--control-dir", dir}, tt.args[1:]...)
+			start := time.Now()
+			code, stderr := runFor(t, args, nil)
+			took := time.Since(start)
+			if code != tt.code || !strings.Contains(stderr, "uid 0 is not in --allowed-uids") {
+				t.Fatalf("exit %d, want %d with the supervisor's error; stderr:\n%s", code, tt.code, stderr)
+			}
+			if took > 2*time.Second || hits.Load() > tt.maxHits {
+				t.Fatalf("took %v and %d requests; want at once, at most %d requests", took, hits.Load(), tt.maxHits)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Fatal("exec ran its command")
+			}
+		})
+	}
+}
