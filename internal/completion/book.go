@@ -12,6 +12,7 @@ package completion
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -254,54 +255,89 @@ func latest(a, b peers.Record) peers.Record {
 	return a
 }
 
-// Watch reads the records on every rescan and whenever a running peer's
-// lock is released, until ctx ends: an exec killed with its app
-// (memory.oom.group) writes nothing, and the released lock is the only sign
-// of it.
+// Watch keeps the book current until ctx ends. The records directory's
+// notifier reports each record that may have changed: a record written
+// without a poke, and above all a running peer's lock released, since an
+// exec killed with its app (memory.oom.group) writes nothing and the
+// released lock is the only sign of it. Only that record is read then. A
+// rescan of every record backs the notifier up, and stands in for it where
+// inotify is not available.
 func (b *Book) Watch(ctx context.Context) error {
+	changed := make(chan string)
+	if n, err := b.cfg.Records.Notify(); err != nil {
+		b.cfg.Log.Warn("cannot watch the records directory; changes are seen at the next rescan", "err", err, "rescan", b.cfg.Rescan)
+	} else {
+		go b.notified(ctx, n, changed)
+	}
 	t := time.NewTicker(b.cfg.Rescan)
 	defer t.Stop()
-	watching := make(map[string]bool)
-	released := make(chan string)
 	for {
-		for _, name := range b.running() {
-			if watching[name] {
-				continue
-			}
-			watching[name] = true
-			go func() {
-				if err := b.cfg.Records.WatchLost(ctx, name); err != nil && ctx.Err() == nil {
-					b.cfg.Log.Warn("watching a running peer's lock", "peer", name, "err", err)
-				}
-				select {
-				case released <- name:
-				case <-ctx.Done():
-				}
-			}()
-		}
-		why := "rescan"
 		select {
 		case <-ctx.Done():
 			return nil
-		case name := <-released:
-			delete(watching, name)
-			why = "lock released by " + name
+		case name := <-changed:
+			if name == "" {
+				b.Load("events lost")
+			} else {
+				b.Refresh(name)
+			}
 		case <-t.C:
+			b.Load("rescan")
 		}
-		b.Load(why)
 	}
 }
 
-func (b *Book) running() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var names []string
-	for name, r := range b.recs {
-		if r.Running {
-			names = append(names, name)
+// notified passes the notifier's names on until ctx ends; "" means events
+// were lost. It waits in Go's poller, not on a thread of its own.
+func (b *Book) notified(ctx context.Context, n *peers.Notifier, changed chan<- string) {
+	stop := context.AfterFunc(ctx, func() { n.Close() })
+	defer stop()
+	for {
+		name, err := n.Next()
+		switch {
+		case errors.Is(err, peers.ErrOverflow):
+			name = ""
+		case err != nil:
+			if ctx.Err() == nil {
+				b.cfg.Log.Warn("watching the records directory stopped; changes are seen at the next rescan", "err", err)
+			}
+			return
+		}
+		select {
+		case changed <- name:
+		case <-ctx.Done():
+			return
 		}
 	}
-	return names
+}
+
+// Refresh reads one record again and applies it: the record of a name the
+// notifier reported. A read that would settle the verdict is confirmed by a
+// full read first, as a report is.
+func (b *Book) Refresh(name string) peers.Verdict {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	why := "change of " + name
+	r, ok, err := b.cfg.Records.Get(name, b.cfg.AllowedUIDs)
+	if err != nil || !ok {
+		// Unreadable, or gone: the full read logs and drops it.
+		return b.load(why)
+	}
+	if b.kept {
+		if p, ok, _ := b.posted.Get(name, []uint32{uint32(os.Geteuid())}); ok {
+			r = latest(r, p)
+		}
+	}
+	r = latest(r, b.memory[name])
+	recs := maps.Clone(b.recs)
+	if recs == nil {
+		recs = make(map[string]peers.Record)
+	}
+	recs[name] = r
+	if b.cfg.Policy.Decide(recs).Settled {
+		return b.load(why)
+	}
+	return b.store(recs, why)
 }
 
 // Peer is one peer as the book sees it, for the supervisor's status.

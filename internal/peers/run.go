@@ -1,7 +1,6 @@
 package peers
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -119,7 +118,7 @@ func (d Dir) openClaim(path string) (*os.File, error) {
 
 // held reports whether a live exec holds the record <name>. It probes with a
 // shared lock, which conflicts only with exec's exclusive one, not with a
-// concurrent Load or WatchLost.
+// concurrent Load.
 func (d Dir) held(name string) (bool, error) {
 	f, err := os.OpenFile(d.file(name), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
@@ -176,58 +175,6 @@ func (r *Run) Abort() error {
 		return fmt.Errorf("record %s: release lock: %w", r.name, err)
 	}
 	return nil
-}
-
-// WatchLost blocks until the running record <name> has no lock holder, or
-// ctx ends; the caller then calls Load again. Its exec has finished (and a
-// final record is in place) or died (and Load reports it Lost). It returns
-// nil at once when the record is already final or unlocked.
-//
-// The wait is a blocking flock(LOCK_SH) in a helper goroutine: the kernel
-// wakes it the moment the holder's lock is released, with no polling. A
-// blocked flock cannot be interrupted (closing the descriptor does not wake
-// it, and Go's signal handlers restart it), so when ctx ends first
-// WatchLost returns ctx.Err() and leaves the helper behind. The helper
-// holds a goroutine, an OS thread and a descriptor until that exec ends,
-// which it always does with its container; then it closes the descriptor
-// and exits. Keep one watch per running peer rather than re-arming one on
-// every poke, or the leftovers pile up.
-func (d Dir) WatchLost(ctx context.Context, name string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := ValidName(name); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(d.file(name), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", name, err)
-	}
-	held, err := locked(f)
-	if err != nil || !held {
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", name, err)
-		}
-		return nil
-	}
-	// Only exec's lock on a running record is exclusive; a final record is
-	// never locked, so a held lock means a running record.
-	done := make(chan error, 1) // buffered: the helper may outlive us
-	go func() {
-		err := flock(f, unix.LOCK_SH)
-		f.Close()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", name, err)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // locked probes f's lock without blocking. It reports true when another

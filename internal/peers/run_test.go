@@ -2,7 +2,6 @@ package peers
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -284,101 +283,103 @@ func mustLoad(t *testing.T, d Dir) map[string]Record {
 	return recs
 }
 
-func TestWatchLostHolderDies(t *testing.T) {
-	d := newDir(t)
-	kill := holder(t, d, "app")
-	done := make(chan error, 1)
-	go func() { done <- d.WatchLost(context.Background(), "app") }()
-	select {
-	case err := <-done:
-		t.Fatalf("WatchLost returned while the holder lives: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	killed := time.Now()
-	kill()
-	select {
-	case err := <-done:
+// next returns the next name n reports, within d.
+func next(t *testing.T, n *Notifier, d time.Duration) string {
+	t.Helper()
+	ch := make(chan string, 1)
+	errs := make(chan error, 1)
+	go func() {
+		name, err := n.Next()
 		if err != nil {
-			t.Fatal(err)
+			errs <- err
+			return
 		}
-		t.Logf("WatchLost returned %v after the kill", time.Since(killed))
-	case <-time.After(5 * time.Second):
-		t.Fatal("WatchLost did not return after the holder died")
+		ch <- name
+	}()
+	select {
+	case name := <-ch:
+		return name
+	case err := <-errs:
+		t.Fatalf("Next: %v", err)
+	case <-time.After(d):
+		t.Fatalf("nothing reported within %v", d)
 	}
-	if r := load(t, d, "app"); r.Reason != Lost {
-		t.Errorf("after the watch: %+v, want lost", r)
-	}
+	return ""
 }
 
-func TestWatchLostFinish(t *testing.T) {
-	d := newDir(t)
-	run, err := d.Begin("app")
+func notify(t *testing.T, d Dir) *Notifier {
+	t.Helper()
+	n, err := d.Notify()
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- d.WatchLost(context.Background(), "app") }()
-	time.Sleep(50 * time.Millisecond)
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// The death of a running record's holder is reported by name, and the
+// record then reads as lost.
+func TestNotifyHolderDies(t *testing.T) {
+	d := newDir(t)
+	kill := holder(t, d, "app")
+	n := notify(t, d)
+	kill()
+	if name := next(t, n, 5*time.Second); name != "app" {
+		t.Fatalf("reported %q, want app", name)
+	}
+	if r := load(t, d, "app"); r.Reason != Lost {
+		t.Errorf("after the report: %+v, want lost", r)
+	}
+}
+
+// Finish, Write and Begin are reported; reads, temp files and claims are
+// not.
+func TestNotifyReportsWritesOnly(t *testing.T) {
+	d := newDir(t)
+	n := notify(t, d)
+	run, err := d.Begin("job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := next(t, n, 5*time.Second); name != "job" {
+		t.Fatalf("Begin reported %q", name)
+	}
+	mustLoad(t, d) // a read raises nothing
 	if err := run.Finish(4, Exited); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("WatchLost did not return after Finish")
+	if name := next(t, n, 5*time.Second); name != "job" {
+		t.Fatalf("Finish reported %q", name)
 	}
-	if r := load(t, d, "app"); r.ExitCode != 4 || r.Reason != Exited {
-		t.Errorf("after Finish: %+v", r)
+	if err := d.Write(Record{Name: "side"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		// Finish may also report the old locked file's close.
+		if name := next(t, n, 5*time.Second); name == "side" {
+			break
+		} else if name != "job" {
+			t.Fatalf("reported %q", name)
+		}
 	}
 }
 
-func TestWatchLostCancel(t *testing.T) {
-	d := newDir(t)
-	run, err := d.Begin("app")
+// Close ends a Next under way.
+func TestNotifyClose(t *testing.T) {
+	n, err := newDir(t).Notify()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer run.Abort()
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- d.WatchLost(ctx, "app") }()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
+	go func() { _, err := n.Next(); done <- err }()
+	n.Close()
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("WatchLost after cancel = %v, want context.Canceled", err)
+		if err == nil {
+			t.Fatal("Next after Close returned no error")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("WatchLost ignored its context")
-	}
-	if err := d.WatchLost(ctx, "app"); !errors.Is(err, context.Canceled) {
-		t.Errorf("WatchLost with an ended context = %v", err)
-	}
-}
-
-func TestWatchLostAtOnce(t *testing.T) {
-	d := newDir(t)
-	if err := d.Write(Record{Name: "final"}); err != nil {
-		t.Fatal(err)
-	}
-	run, err := d.Begin("dead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	run.Abort()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, name := range []string{"final", "dead"} {
-		if err := d.WatchLost(ctx, name); err != nil {
-			t.Errorf("WatchLost(%s) = %v, want nil at once", name, err)
-		}
-	}
-	if err := d.WatchLost(ctx, "missing"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("WatchLost(missing) = %v, want not-exist", err)
+		t.Fatal("Next did not return after Close")
 	}
 }
 

@@ -1,0 +1,86 @@
+package peers
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Notifier reports the records that may have changed, from inotify on the
+// records directory, so that a reader need neither poll nor block a thread
+// per running peer:
+//
+//   - a record renamed into place (IN_MOVED_TO): a final record, or a new
+//     run, written with or without a poke;
+//   - a record closed by a process that had it open for writing
+//     (IN_CLOSE_WRITE): the locked file of a running record, closed when its
+//     exec ends or dies, which releases the lock. Readers open records
+//     read-only, so their own reads raise no such event.
+//
+// The inotify descriptor is non-blocking, so Next waits in Go's poller and
+// holds no OS thread, whatever the number of running peers.
+type Notifier struct {
+	f      *os.File
+	buf    []byte
+	off, n int
+}
+
+// Notify starts watching the records directory. It fails where inotify is
+// not available, or the uid's limit of instances is reached; a reader then
+// has only its rescans.
+func (d Dir) Notify() (*Notifier, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, d.path, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("inotify %s: %w", d.path, err)
+	}
+	return &Notifier{f: os.NewFile(uintptr(fd), "inotify:"+d.path), buf: make([]byte, 16<<10)}, nil
+}
+
+// ErrOverflow means events were lost (the kernel's queue overflowed): the
+// reader must read every record again.
+var ErrOverflow = errors.New("inotify queue overflowed")
+
+// Next blocks until a record may have changed and returns its name. Names
+// that cannot be records (dotfiles: temp files, claims, the posted store)
+// are skipped. It returns ErrOverflow when events were lost, and another
+// error once the Notifier is closed.
+func (n *Notifier) Next() (string, error) {
+	for {
+		for n.off+unix.SizeofInotifyEvent <= n.n {
+			ev := n.buf[n.off:]
+			mask := binary.NativeEndian.Uint32(ev[4:8])
+			size := int(binary.NativeEndian.Uint32(ev[12:16]))
+			end := n.off + unix.SizeofInotifyEvent + size
+			if end > n.n {
+				break
+			}
+			name := strings.TrimRight(string(ev[unix.SizeofInotifyEvent:unix.SizeofInotifyEvent+size]), "\x00")
+			n.off = end
+			switch {
+			case mask&unix.IN_Q_OVERFLOW != 0:
+				return "", ErrOverflow
+			case mask&unix.IN_IGNORED != 0:
+				return "", errors.New("the records directory is no longer watched (removed or unmounted)")
+			case name == "" || strings.HasPrefix(name, "."):
+				continue
+			}
+			return name, nil
+		}
+		k, err := n.f.Read(n.buf)
+		if err != nil {
+			return "", fmt.Errorf("inotify: %w", err)
+		}
+		n.off, n.n = 0, k
+	}
+}
+
+// Close stops watching; a Next under way returns an error.
+func (n *Notifier) Close() error { return n.f.Close() }
