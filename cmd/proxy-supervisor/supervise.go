@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/logbuf"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
@@ -14,6 +15,13 @@ import (
 
 // DefaultControlDir is the shared emptyDir's mount point.
 const DefaultControlDir = "/var/run/proxy-supervisor"
+
+// logBuffer bounds the log lines held for a stalled stderr, and logFlush how
+// long the last of them may take to go out at exit.
+const (
+	logBuffer = 256 << 10
+	logFlush  = time.Second
+)
 
 // graceMargin is what the pod's grace period must hold beyond the drain and
 // the stop: time for the preStop hook to start, and the 2 s the kubelet may
@@ -99,7 +107,11 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *gracePeriod < 0 {
 		return fail(usagef("--grace-period: must not be negative"))
 	}
-	var logw io.Writer = stderr
+	// Logging must never stop the supervisor: a stderr pipe that nobody
+	// drains would otherwise block the signal handler, the drain and the
+	// stop sequence with it.
+	logw := logbuf.New(stderr, logBuffer)
+	defer logw.Close(logFlush)
 	var h slog.Handler = slog.NewTextHandler(logw, nil)
 	if logFormat.val == "json" {
 		h = slog.NewJSONHandler(logw, nil)
@@ -141,7 +153,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Log:                  log,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "proxy-supervisor: supervise: %v\n", err)
+		fmt.Fprintf(logw, "proxy-supervisor: supervise: %v\n", err)
 		return 1
 	}
 	code, err = s.Run()
