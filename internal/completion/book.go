@@ -48,14 +48,16 @@ type Config struct {
 // what they found, so a slow read never replaces the book with something
 // older than a faster one stored.
 type Book struct {
-	cfg    Config
-	posted peers.Dir
-	kept   bool // posted completions can be kept on disk
+	cfg      Config
+	posted   peers.Dir
+	kept     bool            // posted completions can be kept on disk
+	notifier *peers.Notifier // nil where inotify is not available
 
 	mu        sync.Mutex
 	recs      map[string]peers.Record
 	verdict   peers.Verdict
 	memory    map[string]peers.Record // POSTed completions of this run
+	reporters map[string]uint32       // who POSTed each of them
 	skipped   map[string]bool         // unreadable records already logged
 	settled   chan struct{}           // closed when the verdict first settles
 	settledAt time.Time
@@ -76,8 +78,9 @@ func Open(cfg Config) (*Book, error) {
 	b := &Book{
 		cfg:     cfg,
 		posted:  cfg.Records.Posted(),
-		memory:  make(map[string]peers.Record),
-		skipped: make(map[string]bool),
+		memory:    make(map[string]peers.Record),
+		reporters: make(map[string]uint32),
+		skipped:   make(map[string]bool),
 		settled: make(chan struct{}),
 	}
 	if err := b.posted.CreatePrivate(); err != nil {
@@ -85,7 +88,20 @@ func Open(cfg Config) (*Book, error) {
 	} else {
 		b.kept = true
 	}
+	// Watched from now on, so that nothing written between the first read
+	// and Watch goes unseen until a rescan.
+	var err error
+	if b.notifier, err = cfg.Records.Notify(); err != nil {
+		cfg.Log.Warn("cannot watch the records directory; changes are seen at the next rescan", "err", err, "rescan", cfg.Rescan)
+	}
 	return b, nil
+}
+
+// Close releases what the book holds, for a book that will not be watched.
+func (b *Book) Close() {
+	if b.notifier != nil {
+		b.notifier.Close()
+	}
 }
 
 // Settled is closed once the records settle the policy: every expected peer
@@ -130,16 +146,40 @@ func (b *Book) load(why string) peers.Verdict {
 	return b.store(recs, why)
 }
 
+// Anyone is the caller of a report that did not come over the socket (the
+// supervisor's own), which no ownership check applies to.
+const Anyone int64 = -1
+
+// NotOwnerError refuses a report for a peer whose record another uid owns.
+type NotOwnerError struct {
+	Peer          string
+	Owner, Caller uint32
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("peer %s belongs to uid %d; uid %d may not report for it", e.Peer, e.Owner, e.Caller)
+}
+
+// Forbidden marks the error as a refusal of the caller, not bad input.
+func (e *NotOwnerError) Forbidden() bool { return true }
+
 // Report applies a completion that a peer reported over the socket, after
-// checking it: an error means bad input, and changes nothing. Only
-// the peer's own record is read: a poke must not cost a read of every
+// checking it: an error means bad input or a caller that may not report
+// for the peer, and changes nothing.
+//
+// The caller (a uid, from SO_PEERCRED) must own the peer's record, as the
+// sticky records directory already demands of writers on disk; without a
+// record on disk, the first uid to report for a name by POST owns it for
+// this run. Root may report for any peer, since it could write any record.
+//
+// Only the peer's own record is read: a poke must not cost a read of every
 // record, or a thousand peers reporting at once cost a million reads. That
 // record normally says the same, having been written before the poke;
 // otherwise the report came by POST alone and is kept in the posted store.
-// A report that settles the verdict is confirmed by a full read, since
+// A report that would settle the verdict is confirmed by a full read, since
 // another peer's exec may have marked a new run since the last one, and a
 // record from its earlier run must not end it.
-func (b *Book) Report(peer string, code int, reason string) (peers.Verdict, error) {
+func (b *Book) Report(peer string, code int, reason string, caller int64) (peers.Verdict, error) {
 	r, err := b.check(peer, code, reason)
 	if err != nil {
 		return peers.Verdict{}, err
@@ -150,8 +190,20 @@ func (b *Book) Report(peer string, code int, reason string) (peers.Verdict, erro
 	if err != nil {
 		b.cfg.Log.Warn("completion record skipped", "err", err)
 	}
+	if caller > 0 {
+		owner, owned := d.UID, ok
+		if !owned {
+			owner, owned = b.reporters[r.Name]
+		}
+		if owned && owner != uint32(caller) {
+			return peers.Verdict{}, &NotOwnerError{Peer: r.Name, Owner: owner, Caller: uint32(caller)}
+		}
+	}
 	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
 		b.keep(r)
+		if caller >= 0 && !ok {
+			b.reporters[r.Name] = uint32(caller)
+		}
 		d = r
 	}
 	recs := maps.Clone(b.recs)
@@ -255,7 +307,7 @@ func latest(a, b peers.Record) peers.Record {
 	return a
 }
 
-// Watch keeps the book current until ctx ends. The records directory's
+// Watch keeps the book current until ctx ends, then closes it. The records directory's
 // notifier reports each record that may have changed: a record written
 // without a poke, and above all a running peer's lock released, since an
 // exec killed with its app (memory.oom.group) writes nothing and the
@@ -264,10 +316,8 @@ func latest(a, b peers.Record) peers.Record {
 // inotify is not available.
 func (b *Book) Watch(ctx context.Context) error {
 	changed := make(chan string)
-	if n, err := b.cfg.Records.Notify(); err != nil {
-		b.cfg.Log.Warn("cannot watch the records directory; changes are seen at the next rescan", "err", err, "rescan", b.cfg.Rescan)
-	} else {
-		go b.notified(ctx, n, changed)
+	if b.notifier != nil {
+		go b.notified(ctx, b.notifier, changed)
 	}
 	t := time.NewTicker(b.cfg.Rescan)
 	defer t.Stop()

@@ -26,6 +26,7 @@ func openBook(t *testing.T, policy peers.Policy) (*Book, peers.Dir) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	return b, d
 }
 
@@ -151,7 +152,7 @@ func TestReportDoesNotSettleOnAStaleRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer run.Abort()
-	if _, err := b.Report("side", 0, ""); err != nil {
+	if _, err := b.Report("side", 0, "", Anyone); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -59,8 +59,10 @@ type Backend interface {
 	// WaitReady blocks until the proxy can carry the app's traffic or ctx
 	// ends, and says why not when it cannot.
 	WaitReady(ctx context.Context) (ready bool, why string)
-	// Complete records that peer finished. An error means bad input.
-	Complete(peer string, code int, reason string) error
+	// Complete records that peer finished; ctx carries the caller's uid
+	// (CallerUID). An error means bad input (400), or a refusal of the
+	// caller (403) when it has a method Forbidden that returns true.
+	Complete(ctx context.Context, peer string, code int, reason string) error
 	// Drain starts the drain if it has not started, and waits until it ends
 	// or ctx does. It reports whether the drain condition was met, and why
 	// not.
@@ -299,6 +301,14 @@ const closeGrace = time.Second
 
 type peerKey struct{}
 
+// CallerUID is the uid of the process that made the request, from the
+// kernel (SO_PEERCRED) rather than from anything the client says. ok is
+// false for a context that did not come from the socket.
+func CallerUID(ctx context.Context) (uid uint32, ok bool) {
+	uid, ok = ctx.Value(peerKey{}).(uint32)
+	return uid, ok
+}
+
 // withPeer records the connecting process's uid, from the kernel rather than
 // from anything the client says.
 func withPeer(ctx context.Context, c net.Conn) context.Context {
@@ -436,8 +446,13 @@ func (h *handler) complete(w http.ResponseWriter, r *http.Request) {
 	if peer == "" {
 		peer = DefaultPeer
 	}
-	if err := h.b.Complete(peer, code, q.Get("reason")); err != nil {
-		fail(w, http.StatusBadRequest, "%v", err)
+	if err := h.b.Complete(r.Context(), peer, code, q.Get("reason")); err != nil {
+		status := http.StatusBadRequest
+		var f interface{ Forbidden() bool }
+		if errors.As(err, &f) && f.Forbidden() {
+			status = http.StatusForbidden
+		}
+		fail(w, status, "%v", err)
 		return
 	}
 	reply(w, http.StatusAccepted, map[string]any{"recorded": true, "peer": peer, "exit_code": code})

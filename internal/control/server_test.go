@@ -39,7 +39,7 @@ func (b *backend) WaitReady(ctx context.Context) (bool, string) {
 	}
 }
 
-func (b *backend) Complete(peer string, code int, reason string) error {
+func (b *backend) Complete(_ context.Context, peer string, code int, reason string) error {
 	if peer == "unknown" {
 		return errors.New(`peer "unknown" is not in --peers`)
 	}

@@ -124,7 +124,7 @@ func TestDrain(t *testing.T) {
 				})
 			}
 			if tt.during > 0 {
-				time.AfterFunc(tt.during, func() { h.s.Complete("app", 0, "") })
+				time.AfterFunc(tt.during, func() { h.s.Complete(context.Background(), "app", 0, "") })
 			}
 
 			start := time.Now()

@@ -142,7 +142,7 @@ func TestCompleteRejectsBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy = tt.policy })
 			h.waitReady()
-			err := h.s.Complete(tt.peer, tt.code, tt.reason)
+			err := h.s.Complete(context.Background(), tt.peer, tt.code, tt.reason)
 			if err == nil || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("Complete(%q, %d, %q) = %v, want an error with %q", tt.peer, tt.code, tt.reason, err, tt.errHas)
 			}
@@ -499,7 +499,7 @@ func TestPostedCompletionCountsWhenNotKept(t *testing.T) {
 			}
 			h.start()
 			h.waitReady()
-			if err := h.s.Complete("app", tt.code, tt.reason); err != nil {
+			if err := h.s.Complete(context.Background(), "app", tt.code, tt.reason); err != nil {
 				if !tt.plant {
 					return // refused: fine
 				}

@@ -261,7 +261,7 @@ func (h *harness) waitReady() {
 // TestFinalAnswersAreDelivered).
 func (h *harness) complete(peer string, code int, reason string) {
 	h.t.Helper()
-	if err := h.s.Complete(peer, code, reason); err != nil {
+	if err := h.s.Complete(context.Background(), peer, code, reason); err != nil {
 		h.t.Fatalf("Complete(%s, %d): %v", peer, code, err)
 	}
 }

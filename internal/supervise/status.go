@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // The control socket's backend (control.Backend) and the health server's
@@ -33,8 +34,15 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 // Complete is POST /v1/complete. The peer's own record is normally on disk
 // already (complete and exec write it before they poke); the book keeps a
 // completion that arrives by POST alone, so that it too survives a restart.
-func (s *Supervisor) Complete(peer string, code int, reason string) error {
-	_, err := s.book.Report(peer, code, reason)
+// A caller over the socket may report only for a peer whose record it owns
+// (see completion.Book.Report).
+func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason string) error {
+	uid, known := control.CallerUID(ctx)
+	caller := completion.Anyone
+	if known {
+		caller = int64(uid)
+	}
+	_, err := s.book.Report(peer, code, reason, caller)
 	return err
 }
 

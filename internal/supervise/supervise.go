@@ -132,6 +132,7 @@ func (s *Supervisor) Run() (int, error) {
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
 	if v := book.Load("start"); v.Done {
+		book.Close()
 		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
 		code, _, _ := s.life.exitCode()
 		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", code)
