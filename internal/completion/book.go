@@ -76,12 +76,12 @@ func Open(cfg Config) (*Book, error) {
 		return nil, fmt.Errorf("completion records: %w", err)
 	}
 	b := &Book{
-		cfg:     cfg,
-		posted:  cfg.Records.Posted(),
+		cfg:       cfg,
+		posted:    cfg.Records.Posted(),
 		memory:    make(map[string]peers.Record),
 		reporters: make(map[string]uint32),
 		skipped:   make(map[string]bool),
-		settled: make(chan struct{}),
+		settled:   make(chan struct{}),
 	}
 	if err := b.posted.CreatePrivate(); err != nil {
 		cfg.Log.Warn("completions that come by POST alone will not survive a restart", "err", err)
