@@ -63,7 +63,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"supervise", "run the proxy as a child and own its lifecycle (the proxy container's command)", runSupervise},
-		{"wait", "exit 0 once the proxy is ready (postStop hooks, start scripts)", runWait},
+		{"wait", "exit 0 once the proxy is ready (postStart hooks, start scripts)", runWait},
 		{"exec", "wait for the proxy, run COMMAND, record its completion, exit with its code", runExec},
 		{"complete", "record this peer's completion", runComplete},
 		{"prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},

@@ -84,7 +84,8 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if err != nil {
 		return fail(err)
 	}
-	// Istio's knobs apply only where ours were not given (DESIGN.md's mapping).
+	// Istio's knobs apply only where ours were not given: a flag or its
+	// variable always wins (docs/design.md, "Istio's knobs").
 	if istio.min > 0 && !f.given("drain-min", env) {
 		*drainMin = istio.min
 		// A floor above the default ceiling would be cut short; Istio's

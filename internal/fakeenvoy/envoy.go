@@ -1,5 +1,7 @@
 // Package fakeenvoy is a test double for Envoy as proxy-supervisor sees it. It owns the
-// admin API (byte for byte what REFERENCE.md, "Envoy admin API", describes), the start-up
+// admin API as Envoy answers it, byte for byte (exact-path routing, 404 and 405 bodies,
+// POST-only mutating endpoints, /ready's state names, /stats text with its filter and
+// usedonly, /listeners as JSON, /drain_listeners' flags), the start-up
 // phases (unbound port, bound but silent, PRE_INITIALIZING, INITIALIZING, LIVE), the drain
 // manager and the stats that count real connections to its data listeners.
 //

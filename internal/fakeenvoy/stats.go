@@ -100,7 +100,8 @@ func (s *store) resetCounters() {
 
 // cxStats are the stats one connection moves. Envoy counts each connection in the
 // listener's stat, in its worker's copy and, for HTTP, in the connection manager's copy
-// too; that is why REFERENCE.md warns not to add them up.
+// too, so a client that added them all up would count each connection two or three
+// times; only the per-listener totals are a connection count.
 type cxStats struct {
 	active []*metric
 	total  []*metric
