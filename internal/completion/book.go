@@ -24,6 +24,20 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
+// MinNames is the fewest peer names a book keeps; see NameLimit.
+const MinNames = 64
+
+// NameLimit is how many distinct peer names a book keeps under a policy:
+// the names it lists, or four times its count and at least MinNames. Every
+// name costs a read on every rescan, and names are free for any container
+// to make up, so past the limit a new name is refused.
+func NameLimit(p peers.Policy) int {
+	if len(p.Names) > 0 {
+		return len(p.Names)
+	}
+	return max(MinNames, 4*p.Count)
+}
+
 // DefaultRescan is how often the records are read without a poke. Pokes and
 // lock releases are the fast path; the rescan only backs them up, for a
 // record written while no supervisor was listening to a poke.
@@ -131,9 +145,9 @@ func (b *Book) Load(why string) peers.Verdict {
 }
 
 func (b *Book) load(why string) peers.Verdict {
-	recs, errs := b.cfg.Records.Load(b.cfg.AllowedUIDs)
+	recs, errs := b.read(b.cfg.Records, b.cfg.AllowedUIDs)
 	if b.kept {
-		posted, perrs := b.posted.Load([]uint32{uint32(os.Geteuid())})
+		posted, perrs := b.read(b.posted, []uint32{uint32(os.Geteuid())})
 		for name, r := range posted {
 			recs[name] = latest(recs[name], r)
 		}
@@ -186,6 +200,9 @@ func (b *Book) Report(peer string, code int, reason string, caller int64) (peers
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, known := b.recs[r.Name]; !known && len(b.recs) >= NameLimit(b.cfg.Policy) {
+		return peers.Verdict{}, fmt.Errorf("peer %s: the supervisor already keeps %d peer names, its bound (4 × --peers, at least %d)", r.Name, len(b.recs), MinNames)
+	}
 	d, ok, err := b.cfg.Records.Get(r.Name, b.cfg.AllowedUIDs)
 	if err != nil {
 		b.cfg.Log.Warn("completion record skipped", "err", err)
@@ -298,6 +315,16 @@ func (b *Book) logSkipped(errs []error) {
 			b.cfg.Log.Warn("completion record skipped", "err", err)
 		}
 	}
+}
+
+// read reads one store, only as far as the policy needs: the names it
+// lists, or at most NameLimit records. A read's cost therefore does not grow
+// with names that cannot change the verdict.
+func (b *Book) read(d peers.Dir, allowed []uint32) (map[string]peers.Record, []error) {
+	if len(b.cfg.Policy.Names) > 0 {
+		return d.LoadNames(b.cfg.Policy.Names, allowed)
+	}
+	return d.LoadUpTo(allowed, NameLimit(b.cfg.Policy))
 }
 
 func latest(a, b peers.Record) peers.Record {

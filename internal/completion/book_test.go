@@ -161,3 +161,61 @@ func TestReportDoesNotSettleOnAStaleRecord(t *testing.T) {
 	default:
 	}
 }
+
+// Peer names are bounded: a POST of a new name past the bound is refused,
+// one of a known name is not. (Nothing bounded them: 20,000 POSTs of
+// distinct names did not finish in 500 s.)
+func TestPostedNamesAreBounded(t *testing.T) {
+	policy := peers.Policy{Count: 2, Wait: true} // failures leave the verdict open
+	b, _ := openBook(t, policy)
+	limit := NameLimit(policy)
+	if limit != MinNames {
+		t.Fatalf("NameLimit(%+v) = %d, want %d", policy, limit, MinNames)
+	}
+	for i := range limit {
+		if _, err := b.Report(fmt.Sprintf("p%d", i), 1, "", Anyone); err != nil {
+			t.Fatalf("report %d of %d: %v", i+1, limit, err)
+		}
+	}
+	_, err := b.Report("one-too-many", 1, "", Anyone)
+	if err == nil || !strings.Contains(err.Error(), "bound") {
+		t.Fatalf("a name past the bound: %v; want a refusal naming the bound", err)
+	}
+	if _, err := b.Report("p0", 0, "", Anyone); err != nil {
+		t.Fatalf("a known name past the bound: %v", err)
+	}
+	if got := NameLimit(peers.Policy{Count: 100}); got != 400 {
+		t.Errorf("NameLimit of --peers 100 = %d, want 400", got)
+	}
+}
+
+// A rescan reads no further than the bound, however many names another
+// container planted: its cost does not grow with them. (20,000 records kept
+// the supervisor at a third of a CPU, rescanned every second.)
+func TestRescanReadsNoFurtherThanTheBound(t *testing.T) {
+	policy := peers.Policy{Count: 1}
+	b, d := openBook(t, policy)
+	for i := range 3000 {
+		name := fmt.Sprintf("junk%d", i)
+		rec := fmt.Sprintf(`{"name":%q,"running":true,"time":"2026-01-01T00:00:00Z"}`, name)
+		if err := os.WriteFile(d.Path()+"/"+name, []byte(rec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Load("test")
+	ps, _ := b.Peers()
+	if len(ps) > NameLimit(policy) {
+		t.Fatalf("the book holds %d names; its bound is %d", len(ps), NameLimit(policy))
+	}
+	// With listed names, only those are read.
+	listed := peers.Policy{Names: []string{"job"}}
+	b2, err := Open(Config{Records: d, Policy: listed, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	b2.Load("test")
+	if ps, _ := b2.Peers(); len(ps) != 0 {
+		t.Fatalf("a book of listed names read %d other names", len(ps))
+	}
+}

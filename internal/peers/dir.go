@@ -194,17 +194,59 @@ func (d Dir) sync() error {
 // means all are allowed), is skipped with one error naming it. Errors are
 // never fatal: the map holds every record that could be read.
 func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
+	return d.LoadUpTo(allowedUIDs, 0)
+}
+
+// loadChunk is how many directory entries LoadUpTo asks for at a time.
+const loadChunk = 256
+
+// LoadUpTo is Load that stops once it holds limit records (0: no limit),
+// in directory order, with one error saying that it did. The directory is
+// read only as far as that, so the cost of a read does not grow with
+// names past the limit that another container may have planted.
+func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []error) {
 	recs := map[string]Record{}
-	ents, err := os.ReadDir(d.path)
+	f, err := os.Open(d.path)
 	if err != nil {
 		return recs, []error{fmt.Errorf("load records: %w", err)}
 	}
+	defer f.Close()
 	var errs []error
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
+	for {
+		ents, err := f.ReadDir(loadChunk)
+		for _, e := range ents {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") {
+				continue
+			}
+			if limit > 0 && len(recs) >= limit {
+				errs = append(errs, fmt.Errorf("load records: more than %d names in %s; the rest are not read", limit, d.path))
+				return recs, errs
+			}
+			r, ok, err := d.Get(name, allowedUIDs)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
+				continue
+			}
+			if ok {
+				recs[name] = r
+			}
 		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				errs = append(errs, fmt.Errorf("load records: %w", err))
+			}
+			return recs, errs
+		}
+	}
+}
+
+// LoadNames reads the records of the given names only, as Load would read
+// them: the cost does not depend on what else is in the directory.
+func (d Dir) LoadNames(names []string, allowedUIDs []uint32) (map[string]Record, []error) {
+	recs := map[string]Record{}
+	var errs []error
+	for _, name := range names {
 		r, ok, err := d.Get(name, allowedUIDs)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
