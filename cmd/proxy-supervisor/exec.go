@@ -231,9 +231,13 @@ func (r reporter) say(format string, args ...any) {
 // record cannot be written, a supervisor that does not answer is waited
 // for up to wait (zero: asked once), or until a stop signal on sigs.
 func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait time.Duration, sigs <-chan os.Signal) {
-	err := peers.Open(r.dir).Write(peers.Record{Name: r.name, ExitCode: code, Reason: reason})
+	var err error
+	if run != nil {
+		err = run.Finish(code, reason) // releases the lock only once the record is in place
+	} else {
+		err = peers.Open(r.dir).Write(peers.Record{Name: r.name, ExitCode: code, Reason: reason})
+	}
 	if err == nil {
-		r.release(run)
 		r.poke(code, reason)
 		return
 	}
@@ -256,9 +260,8 @@ func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait tim
 	r.release(run)
 }
 
-// release lets go of the running record's lock. The final record is in
-// place by now, or the end was reported over the socket, so the lock's
-// release reads as that end, not as a loss.
+// release lets go of the running record's lock once the end was reported
+// over the socket, so that the release reads as that end, not as a loss.
 func (r reporter) release(run *peers.Run) {
 	if run == nil {
 		return

@@ -136,9 +136,10 @@ func (r *Run) Name() string { return r.name }
 
 // Finish writes the final record and then releases the lock, in that order,
 // so that no reader sees the running record unlocked while exec lives. A
-// bad code or reason is refused and the run goes on. Once the write was
-// tried the lock is released even if it failed: the record then reads as
-// Lost, which is the truth, since the outcome could not be recorded.
+// bad code or reason is refused and the run goes on. So does a write that
+// fails (a full or read-only volume): the lock is kept, so that the caller
+// can report the end another way (over the socket) before it lets go with
+// Abort; released first, the record would read as Lost.
 func (r *Run) Finish(code int, reason Reason) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,20 +150,20 @@ func (r *Run) Finish(code int, reason Reason) error {
 	if err := rec.Validate(); err != nil {
 		return err
 	}
-	werr := r.dir.Write(rec)
-	cerr := errors.Join(r.f.Close(), r.claim.Close())
-	r.f = nil
-	if werr != nil {
-		return fmt.Errorf("finish: %w", werr)
+	if err := r.dir.Write(rec); err != nil {
+		return fmt.Errorf("finish: %w", err)
 	}
-	if cerr != nil {
-		return fmt.Errorf("record %s: release lock: %w", r.name, cerr)
+	err := errors.Join(r.f.Close(), r.claim.Close())
+	r.f = nil
+	if err != nil {
+		return fmt.Errorf("record %s: release lock: %w", r.name, err)
 	}
 	return nil
 }
 
-// Abort releases the lock without a final record, so the record reads as
-// Lost, exactly as if the process holding it had been killed.
+// Abort releases the lock without writing a final record. Unless the end
+// was recorded or reported some other way, the record then reads as Lost,
+// exactly as if the process holding it had been killed.
 func (r *Run) Abort() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
