@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"net"
-	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -55,11 +55,6 @@ func istioDrain(env func(string) string) (istioSettings, error) {
 	return istioSettings{d, "PROXY_CONFIG terminationDrainDuration"}, nil
 }
 
-// yamlKey finds the key in the YAML form of PROXY_CONFIG (the
-// proxy.istio.io/config annotation's), where a full YAML parser would cost
-// more binary than this one value is worth.
-var yamlKey = regexp.MustCompile(`(?m)^\s*["']?terminationDrainDuration["']?\s*:\s*["']?([0-9A-Za-zµ.]+)["']?\s*$`)
-
 func terminationDrainDuration(cfg string) (string, bool) {
 	var doc struct {
 		TerminationDrainDuration *string `json:"terminationDrainDuration"`
@@ -70,11 +65,34 @@ func terminationDrainDuration(cfg string) (string, bool) {
 		}
 		return *doc.TerminationDrainDuration, true
 	}
-	m := yamlKey.FindStringSubmatch(cfg)
-	if m == nil {
-		return "", false
+	return yamlValue(cfg, "terminationDrainDuration")
+}
+
+// yamlValue finds a top-level scalar in the YAML form of PROXY_CONFIG (the
+// proxy.istio.io/config annotation's): a line `key: value`, either of them
+// optionally quoted. A YAML parser, or even the regexp package, would cost
+// more binary and more resident memory than this one value is worth.
+func yamlValue(doc, key string) (string, bool) {
+	for line := range strings.Lines(doc) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || unquote(strings.TrimSpace(k)) != key {
+			continue
+		}
+		v = unquote(strings.TrimSpace(v))
+		if v == "" || strings.ContainsAny(v, " \t\"'") {
+			return "", false
+		}
+		return v, true
 	}
-	return m[1], true
+	return "", false
+}
+
+// unquote strips one pair of matching single or double quotes.
+func unquote(s string) string {
+	if len(s) >= 2 && (s[0] == '"' || s[0] == '\'') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
 }
 
 // portOf is the port of a listen address such as :15022.
