@@ -91,6 +91,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *drainMin < 0 {
 		return fail(usagef("--drain-min: must not be negative"))
 	}
+	if f.checkOnly() {
+		return 0
+	}
 	var logw io.Writer = stderr
 	var h slog.Handler = slog.NewTextHandler(logw, nil)
 	if logFormat.val == "json" {
