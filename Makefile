@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test bench fuzz clean
+.PHONY: build demo test bench fuzz clean image
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -20,6 +20,17 @@ test:
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) test -count=1 -timeout 15m ./...
+
+# The proxy image (Istio's proxyv2 plus the binary) and the client image (the
+# binary alone), for a machine with Docker; docs/images.md. Not run in CI.
+# ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
+REGISTRY      ?= proxy-supervisor
+ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
+image:
+	docker build -f images/proxy.Dockerfile --build-arg ISTIO_VERSION=$(ISTIO_VERSION) \
+		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(VERSION) .
+	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
+		-t $(REGISTRY)/client:$(VERSION) .
 
 bench: build
 	bash scripts/bench.sh
