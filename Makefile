@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test bench fuzz clean image
+.PHONY: build demo test test-deploy bench fuzz clean image docs
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -16,10 +16,22 @@ demo: build
 
 # Unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
 # (those need root for namespaces; they skip themselves otherwise).
-test:
+test: test-deploy
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) test -count=1 -timeout 15m ./...
+
+# The deploy/ manifests, the Istio injection template (rendered by Istio's
+# own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
+# (deploytest/) so that istio.io/istio and k8s.io/api never reach the
+# binary's. A cold build of it takes minutes; later runs use the build cache.
+test-deploy:
+	cd deploytest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
+docs:
+	cd deploytest && $(GO) run ./cmd/seqsvg ../docs/lifecycle.seq > ../docs/lifecycle.svg.tmp
+	mv docs/lifecycle.svg.tmp docs/lifecycle.svg
 
 # The proxy image (Istio's proxyv2 plus the binary) and the client image (the
 # binary alone), for a machine with Docker; docs/images.md. Not run in CI.
