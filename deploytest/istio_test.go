@@ -22,9 +22,10 @@ import (
 )
 
 const (
-	istioValues = root + "/deploy/istio/values.yaml"
-	istioJob    = root + "/deploy/istio/job.yaml"
-	ourTemplate = "proxy-supervisor"
+	istioValues   = root + "/deploy/istio/values.yaml"
+	istioJob      = root + "/deploy/istio/job.yaml"
+	istioOverride = root + "/deploy/istio/job-override.yaml"
+	ourTemplate   = "proxy-supervisor"
 )
 
 // injector is istiod's injection configuration rendered by Istio's own

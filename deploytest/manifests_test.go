@@ -161,6 +161,29 @@ func TestIstioPods(t *testing.T) {
 			checkPod(t, mustInject(t, in, meshJob(t, annotations)))
 		})
 	}
+	// The pod that wires proxy-supervisor in itself, injected by an
+	// istiod without our values: Istio's image and no mesh-wide exclusion.
+	t.Run("override", func(t *testing.T) {
+		plain := newInjector(t, "values.global.proxy.image=proxyv2", "values.global.proxy.excludeInboundPorts=")
+		raw, err := os.ReadFile(istioOverride)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := mustInject(t, plain, raw)
+		p := checkPod(t, spec)
+		if p == nil {
+			return
+		}
+		if p.c.Image != "proxy-supervisor/proxyv2:1.31.0-dev" || len(p.c.Args) < 2 || p.c.Args[0] != "proxy" {
+			t.Errorf("istio-proxy image %s args %q, want the proxy image and Istio's args", p.c.Image, p.c.Args)
+		}
+		if init := find(spec.InitContainers, "istio-init"); init == nil || !slices.ContainsFunc(init.Args, func(a string) bool { return strings.Contains(a, "15022") }) {
+			t.Errorf("istio-init does not exclude 15022")
+		}
+		if spec.Containers[0].Name != "istio-proxy" {
+			t.Errorf("containers %q: istio-proxy is not first", names(spec.Containers))
+		}
+	})
 }
 
 // proxy is the container that runs `proxy-supervisor supervise`.
