@@ -384,48 +384,44 @@ func meshJobWith(t *testing.T, job []byte, templates string) []byte {
 	return out
 }
 
-func names(cs []corev1.Container) []string {
+// byName is the element of xs whose name is want, or nil.
+func byName[T any](xs []T, name func(*T) string, want string) *T {
+	for i := range xs {
+		if name(&xs[i]) == want {
+			return &xs[i]
+		}
+	}
+	return nil
+}
+
+// namesOf lists the names of xs.
+func namesOf[T any](xs []T, name func(*T) string) []string {
 	var out []string
-	for _, c := range cs {
-		out = append(out, c.Name)
+	for i := range xs {
+		out = append(out, name(&xs[i]))
 	}
 	return out
 }
 
+func containerName(c *corev1.Container) string { return c.Name }
+
+func names(cs []corev1.Container) []string { return namesOf(cs, containerName) }
+
 func find(cs []corev1.Container, name string) *corev1.Container {
-	for i := range cs {
-		if cs[i].Name == name {
-			return &cs[i]
-		}
-	}
-	return nil
+	return byName(cs, containerName, name)
 }
 
 func findVolume(vs []corev1.Volume, name string) *corev1.Volume {
-	for i := range vs {
-		if vs[i].Name == name {
-			return &vs[i]
-		}
-	}
-	return nil
+	return byName(vs, func(v *corev1.Volume) string { return v.Name }, name)
 }
 
 func mountOf(c *corev1.Container, volume string) *corev1.VolumeMount {
 	if c == nil {
 		return nil
 	}
-	for i := range c.VolumeMounts {
-		if c.VolumeMounts[i].Name == volume {
-			return &c.VolumeMounts[i]
-		}
-	}
-	return nil
+	return byName(c.VolumeMounts, func(m *corev1.VolumeMount) string { return m.Name }, volume)
 }
 
 func envNames(env []corev1.EnvVar) []string {
-	var out []string
-	for _, e := range env {
-		out = append(out, e.Name)
-	}
-	return out
+	return namesOf(env, func(e *corev1.EnvVar) string { return e.Name })
 }
