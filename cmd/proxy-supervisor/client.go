@@ -176,7 +176,7 @@ func runStatus(args []string, env func(string) string, stdout, stderr io.Writer)
 }
 
 func runInstall(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("install", "install DIR", "Copies this binary to DIR/proxy-supervisor, for app containers that mount DIR (an init container's job).")
+	f := newFlags("install", "install DIR", "Copies this binary to DIR/proxy-supervisor atomically, mode 0755, creating DIR, for app containers that mount DIR read-only (an init container's job).")
 	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
 		return code
