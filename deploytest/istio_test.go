@@ -215,9 +215,9 @@ func TestIstioInjection(t *testing.T) {
 			if tt.native {
 				istio = find(plain.InitContainers, "istio-proxy")
 			}
-			probes := map[string][2]*corev1.Probe{"readiness": {proxy.ReadinessProbe, istio.ReadinessProbe}}
-			if tt.native {
-				probes["startup"] = [2]*corev1.Probe{proxy.StartupProbe, istio.StartupProbe}
+			probes := map[string][2]*corev1.Probe{
+				"readiness": {proxy.ReadinessProbe, istio.ReadinessProbe},
+				"startup":   {proxy.StartupProbe, istio.StartupProbe},
 			}
 			for name, p := range probes {
 				ours, theirs := p[0], p[1]
