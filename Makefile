@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test bench fuzz clean
+.PHONY: build demo test test-deploy bench fuzz clean image docs
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -16,10 +16,33 @@ demo: build
 
 # Unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
 # (those need root for namespaces; they skip themselves otherwise).
-test:
+test: test-deploy
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) test -count=1 -timeout 15m ./...
+
+# The deploy/ manifests, the Istio injection template (rendered by Istio's
+# own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
+# (deploytest/) so that istio.io/istio and k8s.io/api never reach the
+# binary's. A cold build of it takes minutes; later runs use the build cache.
+test-deploy:
+	cd deploytest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
+docs:
+	cd deploytest && $(GO) run ./cmd/seqsvg ../docs/lifecycle.seq > ../docs/lifecycle.svg.tmp
+	mv docs/lifecycle.svg.tmp docs/lifecycle.svg
+
+# The proxy image (Istio's proxyv2 plus the binary) and the client image (the
+# binary alone), for a machine with Docker; docs/images.md. Not run in CI.
+# ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
+REGISTRY      ?= proxy-supervisor
+ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
+image:
+	docker build -f images/proxy.Dockerfile --build-arg ISTIO_VERSION=$(ISTIO_VERSION) \
+		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(VERSION) .
+	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
+		-t $(REGISTRY)/client:$(VERSION) .
 
 bench: build
 	bash scripts/bench.sh

@@ -121,6 +121,9 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
 		return 2
 	}
+	if f.checkOnly() {
+		return 0
+	}
 	var ok bool
 	var why string
 	var refused error
@@ -153,6 +156,9 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "proxy-supervisor: prestop: %v\n", err)
 		return 2
 	}
+	if f.checkOnly() {
+		return 0
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Second)
 	defer cancel()
 	drained, why, err := control.NewClient(*dir, *trust...).Drain(ctx, *timeout)
@@ -171,7 +177,7 @@ func runStatus(args []string, env func(string) string, stdout, stderr io.Writer)
 	f := newFlags("status", "status [--control-dir DIR]", "Prints the supervisor's state as JSON.")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
-	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
+	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done || f.checkOnly() {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -191,7 +197,7 @@ func runStatus(args []string, env func(string) string, stdout, stderr io.Writer)
 }
 
 func runInstall(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("install", "install DIR", "Copies this binary to DIR/proxy-supervisor, for app containers that mount DIR (an init container's job).")
+	f := newFlags("install", "install DIR", "Copies this binary to DIR/proxy-supervisor atomically, mode 0755, creating DIR, for app containers that mount DIR read-only (an init container's job).")
 	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
 		return code
@@ -199,6 +205,9 @@ func runInstall(args []string, env func(string) string, stdout, stderr io.Writer
 	if len(rest) != 1 {
 		fmt.Fprintln(stderr, "proxy-supervisor: install: want exactly one DIR")
 		return 2
+	}
+	if f.checkOnly() {
+		return 0
 	}
 	dst, err := install(rest[0])
 	if err != nil {
@@ -209,18 +218,23 @@ func runInstall(args []string, env func(string) string, stdout, stderr io.Writer
 	return 0
 }
 
-// install copies the running binary into dir atomically, so that an app
-// container never sees half a binary.
+// install copies the running binary into dir atomically (a temp file renamed
+// over the old one), so that an app container never sees half a binary and a
+// second install never writes into a file another container runs. dir is
+// created: it is usually a subdirectory of a fresh emptyDir.
 func install(dir string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find the running binary: %w", err)
 	}
 	src, err := os.Open(self)
 	if err != nil {
 		return "", err
 	}
 	defer src.Close()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
 	tmp, err := os.CreateTemp(dir, ".proxy-supervisor-*")
 	if err != nil {
 		return "", err
@@ -229,7 +243,7 @@ func install(dir string) (string, error) {
 	_, err = io.Copy(tmp, src)
 	err = errors.Join(err, tmp.Chmod(0o755), tmp.Sync(), tmp.Close())
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("copy %s: %w", self, err)
 	}
 	dst := filepath.Join(dir, "proxy-supervisor")
 	return dst, os.Rename(tmp.Name(), dst)

@@ -44,13 +44,24 @@ type flags struct {
 	fs       *flag.FlagSet
 	synopsis string
 	about    string
+	check    *bool
 }
+
+// checkFlag validates a command line without acting on it, like nginx -t:
+// manifests are tested with it. The environment never sets it, so that a
+// stray variable cannot turn a proxy container into a no-op.
+const checkFlag = "check"
 
 func newFlags(name, synopsis, about string) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are ours to print, on one line
-	return &flags{fs: fs, synopsis: synopsis, about: about}
+	check := fs.Bool(checkFlag, false, "validate the flags and arguments, then exit without acting: 0 and no output when fine, 2 and the error otherwise (not read from the environment)")
+	return &flags{fs: fs, synopsis: synopsis, about: about, check: check}
 }
+
+// checkOnly reports whether --check was given: the command returns 0 once
+// it has validated everything it would validate before acting.
+func (f *flags) checkOnly() bool { return *f.check }
 
 // parse reads args, then the environment for every flag not given. It
 // returns flag.ErrHelp for -h/--help.
@@ -65,7 +76,7 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	var err error
 	f.fs.VisitAll(func(fl *flag.Flag) {
-		if given[fl.Name] || err != nil {
+		if given[fl.Name] || err != nil || fl.Name == checkFlag {
 			return
 		}
 		if v := getenv(envName(fl.Name)); v != "" {
@@ -131,6 +142,10 @@ func (f *flags) usage(w io.Writer) {
 		arg, help := flag.UnquoteUsage(fl)
 		if _, ok := fl.Value.(boolFlag); ok {
 			arg = ""
+		}
+		if fl.Name == checkFlag {
+			fmt.Fprintf(w, "  --%s\n      %s\n", fl.Name, help)
+			continue
 		}
 		fmt.Fprintf(w, "  --%s %s\n      %s\n      env %s", fl.Name, arg, help, envName(fl.Name))
 		if fl.DefValue != "" {

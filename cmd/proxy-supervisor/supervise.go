@@ -108,6 +108,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *gracePeriod < 0 {
 		return fail(usagef("--grace-period: must not be negative"))
 	}
+	if f.checkOnly() {
+		return 0
+	}
 	// Logging must never stop the supervisor: a stderr pipe that nobody
 	// drains would otherwise block the signal handler, the drain and the
 	// stop sequence with it.

@@ -1,0 +1,427 @@
+package deploytest
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	meshconfig "istio.io/api/mesh/v1alpha1"
+	"istio.io/istio/manifests"
+	"istio.io/istio/operator/pkg/render"
+	"istio.io/istio/pkg/config/mesh"
+	"istio.io/istio/pkg/kube/inject"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	istioValues   = root + "/deploy/istio/values.yaml"
+	istioJob      = root + "/deploy/istio/job.yaml"
+	istioOverride = root + "/deploy/istio/job-override.yaml"
+	ourTemplate   = "proxy-supervisor"
+)
+
+// injector is istiod's injection configuration rendered by Istio's own
+// installer from its embedded charts, with our Helm values merged in.
+type injector struct {
+	templates inject.Templates
+	values    inject.ValuesConfig
+	mesh      *meshconfig.MeshConfig
+}
+
+var injectors sync.Map // --set flags joined -> *injector; rendering the charts takes a while
+
+// newInjector renders istiod's charts with deploy/istio/values.yaml (as
+// spec.values of an IstioOperator) and extra --set flags.
+func newInjector(t *testing.T, set ...string) *injector {
+	t.Helper()
+	key := strings.Join(set, " ")
+	if in, ok := injectors.Load(key); ok {
+		return in.(*injector)
+	}
+	raw, err := os.ReadFile(istioValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.UnmarshalStrict(raw, &values); err != nil {
+		t.Fatalf("%s: %v", istioValues, err)
+	}
+	iop, err := yaml.Marshal(map[string]any{
+		"apiVersion": "install.istio.io/v1alpha1",
+		"kind":       "IstioOperator",
+		"spec":       map[string]any{"values": values},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "iop.yaml")
+	if err := os.WriteFile(file, iop, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sets, _, err := render.GenerateManifest([]string{file}, append([]string{"profile=empty", "components.pilot.enabled=true"}, set...), false, nil, nil)
+	if err != nil {
+		t.Fatalf("render istiod's charts with %s: %v", istioValues, err)
+	}
+	in := &injector{}
+	for _, s := range sets {
+		for _, m := range s.Manifests {
+			if m.GetKind() != "ConfigMap" {
+				continue
+			}
+			data, _ := m.Object["data"].(map[string]any)
+			switch m.GetName() {
+			case "istio-sidecar-injector":
+				cfg, err := inject.UnmarshalConfig([]byte(data["config"].(string)))
+				if err != nil {
+					t.Fatalf("injection config: %v", err)
+				}
+				in.templates = cfg.Templates
+				if in.values, err = inject.NewValuesConfig(data["values"].(string)); err != nil {
+					t.Fatalf("injection values: %v", err)
+				}
+			case "istio":
+				if in.mesh, err = mesh.ApplyMeshConfig(data["mesh"].(string), mesh.DefaultMeshConfig()); err != nil {
+					t.Fatalf("mesh config: %v", err)
+				}
+			}
+		}
+	}
+	if in.templates[ourTemplate] == nil || in.mesh == nil {
+		t.Fatalf("istiod's charts rendered no %q template or no mesh config", ourTemplate)
+	}
+	injectors.Store(key, in)
+	return in
+}
+
+// inject runs Istio's injector (inject.IntoResourceFile, what istioctl
+// kube-inject runs) on a Job's YAML.
+func (in *injector) inject(job []byte) ([]byte, error) {
+	var out bytes.Buffer
+	err := inject.IntoResourceFile(nil, in.templates, in.values, "", in.mesh, bytes.NewReader(job), &out, func(string) {})
+	return bytes.TrimSuffix(out.Bytes(), []byte("---\n")), err
+}
+
+// meshJob is deploy/istio/job.yaml with its pod's annotations changed:
+// a key with an empty value is removed.
+func meshJob(t *testing.T, annotations map[string]string) []byte {
+	t.Helper()
+	var job batchv1.Job
+	decodeFile(t, istioJob, &job)
+	a := job.Spec.Template.Annotations
+	for k, v := range annotations {
+		if v == "" {
+			delete(a, k)
+		} else {
+			a[k] = v
+		}
+	}
+	out, err := yaml.Marshal(&job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustInject(t *testing.T, in *injector, job []byte) *corev1.PodSpec {
+	t.Helper()
+	out, err := in.inject(job)
+	if err != nil {
+		t.Fatalf("inject: %v", err)
+	}
+	var j batchv1.Job
+	if err := yaml.Unmarshal(out, &j); err != nil {
+		t.Fatalf("injected Job: %v\n%s", err, out)
+	}
+	return &j.Spec.Template.Spec
+}
+
+func TestIstioInjection(t *testing.T) {
+	const hold = "proxy.istio.io/config"
+	for _, tt := range []struct {
+		name        string
+		set         []string
+		annotations map[string]string
+		native      bool
+		hold        bool
+		order       []string // containers
+	}{
+		{name: "classic", annotations: map[string]string{hold: ""}, order: []string{"job", "istio-proxy"}},
+		{name: "classic hold", hold: true, order: []string{"istio-proxy", "job"}},
+		{name: "native", native: true, annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
+		{name: "cni", set: []string{"components.cni.enabled=true"}, hold: true, order: []string{"istio-proxy", "job"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := newInjector(t, tt.set...)
+			job := meshJob(t, tt.annotations)
+			spec := mustInject(t, in, job)
+			if got := names(spec.Containers); !slices.Equal(got, tt.order) {
+				t.Errorf("containers %q, want %q", got, tt.order)
+			}
+			proxy := find(spec.Containers, "istio-proxy")
+			if tt.native {
+				if proxy != nil {
+					t.Fatalf("native mode: an istio-proxy in containers too: %+v", proxy)
+				}
+				proxy = find(spec.InitContainers, "istio-proxy")
+				if proxy == nil || proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+					t.Fatalf("native mode: no istio-proxy init container with restartPolicy Always: %+v", proxy)
+				}
+			}
+			if proxy == nil {
+				t.Fatalf("no istio-proxy container")
+			}
+			if proxy.Image != "proxy-supervisor/proxyv2:1.31.0-dev" {
+				t.Errorf("istio-proxy image %q, want the one from values.yaml", proxy.Image)
+			}
+
+			// Istio's args stay; our command ends with pilot-agent.
+			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--on-peer-failure=exit", "--grace-period=30s", "--proxy-uid=1337"}
+			if tt.native {
+				want = append(want, "--native-sidecar")
+			}
+			want = append(want, "--", "/usr/local/bin/pilot-agent")
+			if !slices.Equal(proxy.Command, want) {
+				t.Errorf("istio-proxy command\n%q, want\n%q", proxy.Command, want)
+			}
+			if len(proxy.Args) < 2 || proxy.Args[0] != "proxy" || proxy.Args[1] != "sidecar" {
+				t.Errorf("istio-proxy args %q, want Istio's (proxy sidecar ...)", proxy.Args)
+			}
+			checkCommandLine(t, "istio-proxy", append(slices.Clone(proxy.Command), proxy.Args...), nil)
+
+			// Hooks: prestop always; wait only when the app is held by it.
+			if l := proxy.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Exec == nil ||
+				!slices.Equal(l.PreStop.Exec.Command, []string{"/usr/local/bin/proxy-supervisor", "prestop"}) || l.PreStop.HTTPGet != nil {
+				t.Errorf("preStop %+v, want proxy-supervisor prestop alone", l)
+			}
+			var postStart []string
+			if l := proxy.Lifecycle; l != nil && l.PostStart != nil && l.PostStart.Exec != nil {
+				postStart = l.PostStart.Exec.Command
+			}
+			if tt.hold != (len(postStart) > 0) || (tt.hold && postStart[1] != "wait") {
+				t.Errorf("postStart %q with hold=%v", postStart, tt.hold)
+			}
+
+			// Probes point at the health port and keep Istio's timing.
+			plain := mustInject(t, in, meshJobWith(t, job, "sidecar"))
+			istio := find(plain.Containers, "istio-proxy")
+			if tt.native {
+				istio = find(plain.InitContainers, "istio-proxy")
+			}
+			probes := map[string][2]*corev1.Probe{
+				"readiness": {proxy.ReadinessProbe, istio.ReadinessProbe},
+				"startup":   {proxy.StartupProbe, istio.StartupProbe},
+			}
+			for name, p := range probes {
+				ours, theirs := p[0], p[1]
+				if ours == nil || theirs == nil || ours.HTTPGet == nil {
+					t.Errorf("%s probe: ours %+v, Istio's %+v", name, ours, theirs)
+					continue
+				}
+				if ours.HTTPGet.Port.IntValue() != 15022 || ours.HTTPGet.Path != "/healthz/ready" {
+					t.Errorf("%s probe on %v%s, want :15022/healthz/ready", name, ours.HTTPGet.Port.String(), ours.HTTPGet.Path)
+				}
+				if ours.PeriodSeconds != theirs.PeriodSeconds || ours.FailureThreshold != theirs.FailureThreshold || ours.TimeoutSeconds != theirs.TimeoutSeconds {
+					t.Errorf("%s probe timing %d/%d/%d, want Istio's %d/%d/%d", name,
+						ours.PeriodSeconds, ours.FailureThreshold, ours.TimeoutSeconds, theirs.PeriodSeconds, theirs.FailureThreshold, theirs.TimeoutSeconds)
+				}
+			}
+			// Everything else Istio injected is still there.
+			if !slices.Equal(envNames(proxy.Env), envNames(istio.Env)) {
+				t.Errorf("istio-proxy env %q, want Istio's %q", envNames(proxy.Env), envNames(istio.Env))
+			}
+			for _, v := range plain.Volumes {
+				if findVolume(spec.Volumes, v.Name) == nil {
+					t.Errorf("Istio's volume %s is gone", v.Name)
+				}
+			}
+
+			// The control dir and the binary, shared with the app.
+			control := findVolume(spec.Volumes, "proxy-supervisor")
+			if control == nil || control.EmptyDir == nil || control.EmptyDir.Medium != corev1.StorageMediumMemory {
+				t.Errorf("control volume %+v, want a tmpfs emptyDir", control)
+			}
+			install := find(spec.InitContainers, "proxy-supervisor-install")
+			if install == nil || install.Image != proxy.Image {
+				t.Fatalf("install init container %+v, want one running the proxy image", install)
+			}
+			checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)
+			app := find(spec.Containers, "job")
+			if m := mountOf(app, "proxy-supervisor"); m == nil || m.MountPath != "/var/run/proxy-supervisor" {
+				t.Errorf("app mounts the control dir at %+v", m)
+			}
+			if m := mountOf(app, "proxy-supervisor-bin"); m == nil || !m.ReadOnly || !strings.HasPrefix(app.Command[0], m.MountPath+"/") {
+				t.Errorf("app mounts the binary at %+v, want it read-only under %s", m, app.Command[0])
+			}
+			checkCommandLine(t, "job", app.Command, nil)
+
+			// Re-injection changes nothing.
+			out, _ := in.inject(job)
+			again, err := in.inject(out)
+			if err != nil || !bytes.Equal(again, out) {
+				t.Errorf("re-injection is not idempotent (%v):\n%s\n---- became ----\n%s", err, out, again)
+			}
+		})
+	}
+}
+
+// The kubelet's probes reach 15022 only when inbound capture skips it.
+func TestIstioInjectionCapture(t *testing.T) {
+	const exclude = "traffic.sidecar.istio.io/excludeInboundPorts"
+	t.Run("iptables without exclusion fails", func(t *testing.T) {
+		in := newInjector(t, "values.global.proxy.excludeInboundPorts=")
+		_, err := in.inject(meshJob(t, nil))
+		if err == nil || !strings.Contains(err.Error(), "15022") || !strings.Contains(err.Error(), exclude) {
+			t.Fatalf("inject: %v, want an error that says how to exclude 15022", err)
+		}
+	})
+	t.Run("iptables with the pod's exclusion", func(t *testing.T) {
+		in := newInjector(t, "values.global.proxy.excludeInboundPorts=")
+		spec := mustInject(t, in, meshJob(t, map[string]string{exclude: "9000, 15022"}))
+		if init := find(spec.InitContainers, "istio-init"); init == nil || !slices.ContainsFunc(init.Args, func(a string) bool { return strings.Contains(a, "15022") }) {
+			t.Errorf("istio-init %+v does not exclude 15022", init)
+		}
+	})
+	t.Run("iptables with the mesh-wide exclusion", func(t *testing.T) {
+		spec := mustInject(t, newInjector(t), meshJob(t, nil))
+		if init := find(spec.InitContainers, "istio-init"); init == nil || !slices.ContainsFunc(init.Args, func(a string) bool { return strings.Contains(a, "15022") }) {
+			t.Errorf("istio-init %+v does not exclude 15022", init)
+		}
+	})
+	t.Run("cni writes the exclusion", func(t *testing.T) {
+		in := newInjector(t, "components.cni.enabled=true", "values.global.proxy.excludeInboundPorts=")
+		annotations := func(job []byte) map[string]string {
+			out, err := in.inject(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var j batchv1.Job
+			if err := yaml.Unmarshal(out, &j); err != nil {
+				t.Fatal(err)
+			}
+			return j.Spec.Template.Annotations
+		}
+		pod := meshJob(t, map[string]string{exclude: "9000"})
+		got, istio := annotations(pod)[exclude], annotations(meshJobWith(t, pod, "sidecar"))[exclude]
+		if got != istio+",15022" {
+			t.Errorf("%s = %q, want Istio's %q and 15022", exclude, got, istio)
+		}
+		spec := mustInject(t, in, pod)
+		if find(spec.InitContainers, "istio-init") != nil {
+			t.Errorf("istio-init injected under CNI")
+		}
+	})
+}
+
+// Native mode comes from the pod's annotation or from istiod's
+// ENABLE_NATIVE_SIDECARS, which kube-inject reads from its process's
+// environment when the package loads, so a test cannot flip it. The
+// template decides with the very expression Istio's own template uses.
+func TestIstioNativeCondition(t *testing.T) {
+	theirs, err := fs.ReadFile(manifests.BuiltinOrDir(""), "charts/istio-control/istio-discovery/files/injection-template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := os.ReadFile(istioValues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := regexp.MustCompile(`:= (ne \(index \.ObjectMeta\.Annotations .sidecar\.istio\.io/nativeSidecar. [^\n]*) }}`)
+	m := cond.FindSubmatch(theirs)
+	if m == nil {
+		t.Fatal("Istio's template no longer decides native mode as it did; compare ours")
+	}
+	if !bytes.Contains(ours, m[1]) {
+		t.Errorf("%s does not decide native mode with Istio's expression %s", istioValues, m[1])
+	}
+}
+
+// The template knows the pod's restart policy, grace period and app names.
+func TestIstioInjectionPolicy(t *testing.T) {
+	in := newInjector(t)
+	var job batchv1.Job
+	decodeFile(t, istioJob, &job)
+	pod := &job.Spec.Template.Spec
+	pod.RestartPolicy = corev1.RestartPolicyOnFailure
+	grace := int64(45)
+	pod.TerminationGracePeriodSeconds = &grace
+	second := pod.Containers[0].DeepCopy()
+	second.Name = "uploader"
+	second.Command = []string{"/opt/proxy-supervisor/bin/proxy-supervisor", "exec", "--name=uploader", "--", "true"}
+	pod.Containers = append(pod.Containers, *second)
+	raw, err := yaml.Marshal(&job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := mustInject(t, in, raw)
+	cmd := find(spec.Containers, "istio-proxy").Command
+	for _, flag := range []string{"--peers=job,uploader", "--on-peer-failure=wait", "--grace-period=45s"} {
+		if !slices.Contains(cmd, flag) {
+			t.Errorf("command %q lacks %s", cmd, flag)
+		}
+	}
+}
+
+// meshJobWith is job with only the given injection templates.
+func meshJobWith(t *testing.T, job []byte, templates string) []byte {
+	t.Helper()
+	var j batchv1.Job
+	if err := yaml.Unmarshal(job, &j); err != nil {
+		t.Fatal(err)
+	}
+	j.Spec.Template.Annotations["inject.istio.io/templates"] = templates
+	out, err := yaml.Marshal(&j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// byName is the element of xs whose name is want, or nil.
+func byName[T any](xs []T, name func(*T) string, want string) *T {
+	for i := range xs {
+		if name(&xs[i]) == want {
+			return &xs[i]
+		}
+	}
+	return nil
+}
+
+// namesOf lists the names of xs.
+func namesOf[T any](xs []T, name func(*T) string) []string {
+	var out []string
+	for i := range xs {
+		out = append(out, name(&xs[i]))
+	}
+	return out
+}
+
+func containerName(c *corev1.Container) string { return c.Name }
+
+func names(cs []corev1.Container) []string { return namesOf(cs, containerName) }
+
+func find(cs []corev1.Container, name string) *corev1.Container {
+	return byName(cs, containerName, name)
+}
+
+func findVolume(vs []corev1.Volume, name string) *corev1.Volume {
+	return byName(vs, func(v *corev1.Volume) string { return v.Name }, name)
+}
+
+func mountOf(c *corev1.Container, volume string) *corev1.VolumeMount {
+	if c == nil {
+		return nil
+	}
+	return byName(c.VolumeMounts, func(m *corev1.VolumeMount) string { return m.Name }, volume)
+}
+
+func envNames(env []corev1.EnvVar) []string {
+	return namesOf(env, func(e *corev1.EnvVar) string { return e.Name })
+}

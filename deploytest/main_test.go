@@ -1,0 +1,61 @@
+package deploytest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// root is the repository's root, the main module.
+const root = ".."
+
+// binary is proxy-supervisor built from the main module.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "deploytest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "proxy-supervisor")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/proxy-supervisor")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build proxy-supervisor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// checkCommandLine runs a proxy-supervisor command line (argv[0] is the
+// binary's path in the container) with --check added after the command, and
+// fails the test with the binary's own error when it does not parse. env is
+// the container's literal environment (PROXY_SUPERVISOR_* variables count).
+func checkCommandLine(t *testing.T, where string, argv []string, env []string) {
+	t.Helper()
+	if len(argv) < 2 {
+		t.Errorf("%s: %q: no proxy-supervisor command", where, argv)
+		return
+	}
+	args := append([]string{argv[1], "--check"}, argv[2:]...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil || out.Len() > 0 {
+		t.Errorf("%s: proxy-supervisor %s: %v: %s", where, strings.Join(args, " "), err, out.String())
+	}
+}
+
+// isProxySupervisor reports whether argv runs the proxy-supervisor binary.
+func isProxySupervisor(argv []string) bool {
+	return len(argv) > 0 && filepath.Base(argv[0]) == "proxy-supervisor"
+}

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestInstallReadOnlyMount is the pod the manifests describe: an init
+// container installs the binary into a subdirectory of a fresh emptyDir that
+// does not exist yet, and an app container mounts that directory read-only.
+// The app runs the binary from its mount but cannot replace it, and an init
+// container that runs again replaces it atomically while the app's copy runs.
+// The mount lives in a private mount namespace of a child (unshare -m), so
+// it disappears with the child.
+func TestInstallReadOnlyMount(t *testing.T) {
+	for _, tool := range []string{"unshare", "mount", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+	volume := t.TempDir()
+	dir := filepath.Join(volume, "bin") // not created: install must create it
+	if out, err := exec.Command(bin.supervisor, "install", dir).CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v: %s", dir, err, out)
+	}
+	app := t.TempDir() // the app container's mount point
+	// The app's long-running process is a wait on a control dir that never
+	// gets a supervisor; it is the binary running from the read-only mount
+	// while the init container installs again.
+	script := `set -eu
+mount --bind "$DIR" "$APP"
+mount -o remount,bind,ro "$APP"
+"$APP/proxy-supervisor" version
+if cp /bin/sh "$APP/proxy-supervisor" 2>/dev/null; then echo "replaced through the read-only mount"; exit 1; fi
+if "$APP/proxy-supervisor" install "$APP" 2>"$APP_ERR"; then echo "installed through the read-only mount"; exit 1; fi
+"$APP/proxy-supervisor" wait --timeout 30s --control-dir "$DIR/none" 2>/dev/null &
+running=$!
+"$BIN" install "$DIR" >/dev/null
+"$APP/proxy-supervisor" version
+kill $running
+wait $running || true
+echo ok
+`
+	appErr := filepath.Join(t.TempDir(), "err")
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "DIR="+dir, "APP="+app, "BIN="+bin.supervisor, "APP_ERR="+appErr)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "ok\n") || strings.Count(string(out), "proxy-supervisor ") != 2 {
+		t.Fatalf("pod: %v\n%s", err, out)
+	}
+	msg, _ := os.ReadFile(appErr)
+	if !strings.Contains(string(msg), "read-only file system") {
+		t.Errorf("install through the read-only mount said %q, want a read-only file system error", msg)
+	}
+	// The private namespace died with the child: nothing stays mounted.
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), " "+app+" ") {
+		t.Errorf("%s is still mounted", app)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "proxy-supervisor")); err != nil || fi.Mode() != 0o755 {
+		t.Errorf("installed binary: %v, %v; want mode -rwxr-xr-x", fi, err)
+	}
+}

@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+
+# The client image: the static proxy-supervisor binary alone, run as a
+# non-root user. Its job is an init container that copies the binary into a
+# shared emptyDir for app containers that mount it read-only:
+#
+#   command: [/proxy-supervisor, install, /opt/proxy-supervisor/bin]
+#
+# Build it from the repository root with `make image`, or:
+#
+#   docker build -f images/client.Dockerfile .
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY cmd ./cmd
+COPY internal ./internal
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    -o /out/proxy-supervisor ./cmd/proxy-supervisor
+
+FROM scratch
+COPY --from=build /out/proxy-supervisor /proxy-supervisor
+# 65532 is the conventional "nonroot" uid of distroless images; any non-root
+# uid works, since install only writes into the volume it is given.
+USER 65532:65532
+ENTRYPOINT ["/proxy-supervisor"]
+CMD ["version"]

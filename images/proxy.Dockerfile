@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1
+
+# The proxy image: Istio's proxyv2 with proxy-supervisor added at
+# /usr/local/bin/proxy-supervisor. Build it from the repository root:
+#
+#   make image                                  # both images, default Istio
+#   make image ISTIO_VERSION=1.31.1 REGISTRY=ghcr.io/me
+#
+# or by hand:
+#
+#   docker build -f images/proxy.Dockerfile --build-arg ISTIO_VERSION=1.31.1 .
+#
+# ISTIO_VERSION must be the version of the istiod that injects the pods: the
+# injected arguments of pilot-agent and its bootstrap change between
+# releases. Change the default below (make image reads it from here) or pass
+# --build-arg; ISTIO_HUB points at a mirror of docker.io/istio.
+ARG ISTIO_HUB=docker.io/istio
+ARG ISTIO_VERSION=1.31.0
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY cmd ./cmd
+COPY internal ./internal
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    -o /out/proxy-supervisor ./cmd/proxy-supervisor
+
+FROM ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}
+COPY --from=build /out/proxy-supervisor /usr/local/bin/proxy-supervisor
+# No ENTRYPOINT or CMD here: the image keeps proxyv2's ENTRYPOINT,
+# pilot-agent. istio-init and istio-validation run this same image with
+# other arguments, and sidecar.istio.io/proxyImage (or global.proxy.image)
+# swaps all of them at once. The injection template starts proxy-supervisor
+# through the container's command instead.
