@@ -102,13 +102,7 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 // Keep-alive clients that park on every slot are dropped after the idle
 // timeout, so a probe gets through within the kubelet's 3 s.
 func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve()
-	defer s.Close()
-	addr := s.Addr().String()
+	addr := serveReady(t)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {

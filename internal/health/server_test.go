@@ -12,17 +12,24 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
 )
 
-// One source holding 400 connections that trickle header bytes must not
-// starve the kubelet's probes: each probe is a new connection from another
-// address with the kubelet's 3 s timeout, and every one is answered.
-func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
+// serveReady runs a health server that is always ready, until the test
+// ends, and returns its address.
+func serveReady(t *testing.T) string {
+	t.Helper()
 	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve()
-	defer s.Close()
-	addr := s.Addr().String()
+	t.Cleanup(func() { s.Close() })
+	return s.Addr().String()
+}
+
+// One source holding 400 connections that trickle header bytes must not
+// starve the kubelet's probes: each probe is a new connection from another
+// address with the kubelet's 3 s timeout, and every one is answered.
+func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
+	addr := serveReady(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}

@@ -223,14 +223,7 @@ func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []err
 				errs = append(errs, fmt.Errorf("load records: more than %d names in %s; the rest are not read", limit, d.path))
 				return recs, errs
 			}
-			r, ok, err := d.Get(name, allowedUIDs)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
-				continue
-			}
-			if ok {
-				recs[name] = r
-			}
+			errs = d.load(recs, errs, name, allowedUIDs)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -247,16 +240,21 @@ func (d Dir) LoadNames(names []string, allowedUIDs []uint32) (map[string]Record,
 	recs := map[string]Record{}
 	var errs []error
 	for _, name := range names {
-		r, ok, err := d.Get(name, allowedUIDs)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
-			continue
-		}
-		if ok {
-			recs[name] = r
-		}
+		errs = d.load(recs, errs, name, allowedUIDs)
 	}
 	return recs, errs
+}
+
+// load reads one record into recs, or adds why it cannot to errs.
+func (d Dir) load(recs map[string]Record, errs []error, name string, allowedUIDs []uint32) []error {
+	r, ok, err := d.Get(name, allowedUIDs)
+	if err != nil {
+		return append(errs, fmt.Errorf("skip %s: %w", d.file(name), err))
+	}
+	if ok {
+		recs[name] = r
+	}
+	return errs
 }
 
 // Get reads one record, as Load does, again while a Finish keeps replacing
