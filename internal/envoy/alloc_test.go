@@ -2,7 +2,7 @@ package envoy
 
 // The tracker polls a starting proxy a hundred times a second; what each
 // poll leaves for the collector is most of the supervisor's idle memory.
-// go test -run '^$' -bench Refused -benchmem ./internal/health/
+// go test -run '^$' -bench Refused -benchmem ./internal/envoy/
 
 import (
 	"context"
