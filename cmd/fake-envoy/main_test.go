@@ -11,115 +11,50 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
-// binary is the fake-envoy built once for all tests, into buildDir.
-var (
-	binary    string
-	buildDir  string
-	buildOnce sync.Once
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// build compiles the binary on first use. It stats the sources first: go test caches
-// a result by the files the test process touched, and the compiler runs in another
-// process.
-func build(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		for _, pattern := range []string{"*.go", "../../internal/fakeenvoy/*.go", "../../go.mod"} {
-			files, _ := filepath.Glob(pattern)
-			for _, f := range files {
-				os.Stat(f)
-			}
-		}
-		if buildDir, buildErr = os.MkdirTemp("", "fake-envoy-test"); buildErr != nil {
-			return
-		}
-		binary = filepath.Join(buildDir, "fake-envoy")
-		cmd := exec.Command("go", "build", "-o", binary, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m, nil)) }
 
 // proc is a running fake-envoy.
 type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	dir    string
-	stderr syncbuf.Buffer
-	done   chan struct{}
-	state  *os.ProcessState
+	*proctest.Proc
+	t   *testing.T
+	dir string
 }
 
 // start runs the binary on free ports with an admin address file and a ready file.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, dir: t.TempDir(), done: make(chan struct{})}
+	p := &proc{t: t, dir: t.TempDir()}
 	args = append([]string{"--admin-addr", "127.0.0.1:0",
 		"--admin-address-path", filepath.Join(p.dir, "admin"),
 		"--ready-file", filepath.Join(p.dir, "ready")}, args...)
-	p.cmd = exec.Command(build(t), args...)
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("fake-envoy stderr:\n%s", p.stderr.String())
-		}
-	})
+	p.Proc = proctest.Start(t, "fake-envoy", exec.Command(proctest.Build(t, proctest.FakeEnvoy), args...))
 	return p
 }
 
 func (p *proc) waitFile(name string) string {
 	p.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(p.dir, name))
-		if err == nil {
-			return string(b)
-		}
-		select {
-		case <-p.done:
-			p.t.Fatalf("exited (%v) before %s appeared", p.state, name)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s never appeared", name)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var b []byte
+	var err error
+	read := func() bool {
+		b, err = os.ReadFile(filepath.Join(p.dir, name))
+		return err == nil || p.Exited()
 	}
+	if !proctest.Until(5*time.Second, read) {
+		p.t.Fatalf("%s never appeared", name)
+	}
+	if err != nil {
+		p.t.Fatalf("exited (%v) before %s appeared", p.Status(), name)
+	}
+	return string(b)
 }
 
 // bound waits until the admin port is bound: signal set-up is over by then.
@@ -133,32 +68,18 @@ func (p *proc) live() string {
 
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("signal %v: %v", sig, err)
-	}
+	p.Signal(sig)
 }
 
 // exited waits for the process to end.
 func (p *proc) exited(within time.Duration) syscall.WaitStatus {
 	p.t.Helper()
-	select {
-	case <-p.done:
-		return p.state.Sys().(syscall.WaitStatus)
-	case <-time.After(within):
-		p.t.Fatalf("still running after %v", within)
-	}
-	panic("unreachable")
+	p.Exit(within)
+	return p.Status()
 }
 
 // alive reports that the process is still running after d.
-func (p *proc) alive(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
+func (p *proc) alive(d time.Duration) bool { return !p.Wait(d) }
 
 func get(admin, method, path string, timeout time.Duration) (int, string, error) {
 	req, _ := http.NewRequest(method, "http://"+admin+path, nil)
@@ -192,7 +113,7 @@ func TestTermAndIntAfterInitExitZero(t *testing.T) {
 				t.Errorf("took %v: SIGTERM must not wait for a drain", took)
 			}
 			for _, want := range []string{line, "shutting down server instance\n", "[info][main] exiting\n"} {
-				if !strings.Contains(p.stderr.String(), want) {
+				if !strings.Contains(p.Out.String(), want) {
 					t.Errorf("stderr lacks %q", want)
 				}
 			}
@@ -215,8 +136,8 @@ func TestSignalsBeforeInitKill(t *testing.T) {
 			if !ws.Signaled() || ws.Signal() != sig {
 				t.Fatalf("status %v, want death by %v", ws, sig)
 			}
-			if strings.Contains(p.stderr.String(), "caught") {
-				t.Errorf("a handler ran before init:\n%s", p.stderr.String())
+			if strings.Contains(p.Out.String(), "caught") {
+				t.Errorf("a handler ran before init:\n%s", p.Out.String())
 			}
 		})
 	}
@@ -239,7 +160,7 @@ func TestHUPAndUSR1AfterInitAreHandled(t *testing.T) {
 	p.signal(unix.SIGHUP)
 	p.signal(unix.SIGUSR1)
 	if !p.alive(300 * time.Millisecond) {
-		t.Fatalf("died: %v", p.state)
+		t.Fatalf("died: %v", p.Status())
 	}
 	if code, body, err := get(admin, "GET", "/ready", 2*time.Second); err != nil || code != 200 || body != "LIVE\n" {
 		t.Fatalf("/ready %d %q %v", code, body, err)
@@ -249,7 +170,7 @@ func TestHUPAndUSR1AfterInitAreHandled(t *testing.T) {
 		"[info][main] caught SIGUSR1. Reopening access logs.\n",
 		"reopening access logs\n",
 	} {
-		if !strings.Contains(p.stderr.String(), want) {
+		if !strings.Contains(p.Out.String(), want) {
 			t.Errorf("stderr lacks %q", want)
 		}
 	}
@@ -284,8 +205,8 @@ func TestCrashDiesOfSIGSEGV(t *testing.T) {
 	if !ws.Signaled() || ws.Signal() != unix.SIGSEGV {
 		t.Fatalf("status %v, want death by SIGSEGV (139)", ws)
 	}
-	if !strings.Contains(p.stderr.String(), "[critical][main] Caught Segmentation fault") {
-		t.Errorf("no crash log:\n%s", p.stderr.String())
+	if !strings.Contains(p.Out.String(), "[critical][main] Caught Segmentation fault") {
+		t.Errorf("no crash log:\n%s", p.Out.String())
 	}
 }
 
@@ -299,9 +220,9 @@ func TestHangOnTermDiesOnlyToSIGKILL(t *testing.T) {
 		t.Fatalf("quitquitquit: %d %q %v", code, body, err)
 	}
 	if !p.alive(time.Second) {
-		t.Fatalf("exited: %v", p.state)
+		t.Fatalf("exited: %v", p.Status())
 	}
-	if !strings.Contains(p.stderr.String(), "caught ENVOY_SIGTERM") {
+	if !strings.Contains(p.Out.String(), "caught ENVOY_SIGTERM") {
 		t.Error("SIGTERM not acknowledged")
 	}
 	p.signal(unix.SIGKILL)
@@ -316,7 +237,7 @@ func TestHangOnTermSurvivesTermBeforeInit(t *testing.T) {
 	p.bound()
 	p.signal(unix.SIGTERM)
 	if !p.alive(300 * time.Millisecond) {
-		t.Fatalf("exited: %v", p.state)
+		t.Fatalf("exited: %v", p.Status())
 	}
 }
 
@@ -335,8 +256,8 @@ func TestConfigErrorExitsOne(t *testing.T) {
 	if ws := p.exited(5 * time.Second); !ws.Exited() || ws.ExitStatus() != 1 {
 		t.Fatalf("status %v, want exit 1", ws)
 	}
-	if !strings.Contains(p.stderr.String(), "[critical][main] error initializing configuration '/etc/envoy/envoy.yaml': ") {
-		t.Errorf("stderr:\n%s", p.stderr.String())
+	if !strings.Contains(p.Out.String(), "[critical][main] error initializing configuration '/etc/envoy/envoy.yaml': ") {
+		t.Errorf("stderr:\n%s", p.Out.String())
 	}
 	if _, err := os.Stat(filepath.Join(p.dir, "admin")); err == nil {
 		t.Error("a config error bound the admin port")
@@ -358,7 +279,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"stray"}, 1, "unexpected argument"},
 	}
 	for _, tt := range tests {
-		cmd := exec.Command(build(t), tt.args...)
+		cmd := exec.Command(proctest.Build(t, proctest.FakeEnvoy), tt.args...)
 		out, _ := cmd.CombinedOutput()
 		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.Contains(string(out), tt.out) {
 			t.Errorf("%q: exit %d, want %d; output lacks %q:\n%s", tt.args, code, tt.code, tt.out, out)
@@ -375,7 +296,7 @@ func TestEnvoyFlagsAreAccepted(t *testing.T) {
 	if err != nil || !strings.Contains(body, `"drain_time": "45s"`) || !strings.Contains(body, `"config_path": "/etc/istio/proxy/envoy-rev.json"`) {
 		t.Fatalf("/server_info %v:\n%s", err, body)
 	}
-	if strings.Contains(p.stderr.String(), "[info]") {
+	if strings.Contains(p.Out.String(), "[info]") {
 		t.Error("-l warning still logs info")
 	}
 }
@@ -458,12 +379,11 @@ func TestOrphansAreLeftToTheSubreaper(t *testing.T) {
 	const n = 3
 	p := start(t, "--orphans", strconv.Itoa(n), "--orphan-life", "10s")
 	p.live()
-	fake := p.cmd.Process.Pid
+	fake, binary := p.Pid(), proctest.Build(t, proctest.FakeEnvoy)
 	var orphans []int
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		orphans = orphans[:0]
-		underFake := 0
+	underFake := 0
+	handed := func() bool {
+		orphans, underFake = orphans[:0], 0
 		for _, pr := range processes(t) {
 			if pr.ppid == fake {
 				underFake++ // the intermediate child, if it is not reaped yet
@@ -479,15 +399,12 @@ func TestOrphansAreLeftToTheSubreaper(t *testing.T) {
 			}
 			// Otherwise its parent, the intermediate child, is still exiting.
 		}
-		if len(orphans) == n && underFake == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d orphans with the subreaper as parent, %d processes under the fake; want %d and 0", len(orphans), underFake, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(orphans) == n && underFake == 0
 	}
-	if !p.alive(0) {
+	if !proctest.Until(5*time.Second, handed) {
+		t.Fatalf("%d orphans with the subreaper as parent, %d processes under the fake; want %d and 0", len(orphans), underFake, n)
+	}
+	if p.Exited() {
 		t.Fatal("fake exited")
 	}
 	for _, pid := range orphans {

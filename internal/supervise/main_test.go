@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
@@ -126,7 +126,7 @@ type harness struct {
 	adminPort uint16
 	appPort   uint16 // the only port that counts as the app's
 	client    *control.Client
-	logs      *syncbuf.Buffer
+	logs      *proctest.Buffer
 	envoyLog  string // the fake Envoy's stdout and stderr
 
 	started time.Time
@@ -140,7 +140,7 @@ type harness struct {
 // without running it; mod adjusts the config.
 func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &syncbuf.Buffer{}}
+	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &proctest.Buffer{}}
 	h.envoyLog = filepath.Join(shortDir(t), "envoy.log")
 	h.client = control.NewClient(h.dir)
 	admin, err := health.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
