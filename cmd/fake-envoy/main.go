@@ -94,8 +94,13 @@ func run(args []string, stderr io.Writer) int {
 		}
 		die(unix.SIGSEGV)
 	}
+	// The control socket's crash and exit run here, on the main goroutine,
+	// as the knobs' do: the cleanups are not theirs to read concurrently.
+	acts := make(chan func())
 	if cfg.control != "" {
-		ctl, err := serveControl(cfg.control, fixture{envoy: e, crash: crash, exit: exit})
+		ctl, err := serveControl(cfg.control, fixture{envoy: e,
+			crash: func() { acts <- crash },
+			exit:  func(code int) { acts <- func() { exit(code) } }})
 		if err != nil {
 			critical(err.Error())
 			return 1
@@ -158,6 +163,8 @@ func run(args []string, stderr io.Writer) int {
 			crash()
 		case <-exitAt:
 			exit(cfg.exitCode)
+		case act := <-acts:
+			act()
 		}
 	}
 }
