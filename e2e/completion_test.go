@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // app runs `proxy-supervisor exec` in the pod, as an app container's
@@ -128,7 +129,7 @@ func TestCompletionBeforeSupervisor(t *testing.T) {
 func TestCompletionBeforeFirstStart(t *testing.T) {
 	p := newPod(t)
 	c := p.start("complete", false, nil, bin.supervisor, "complete", "--control-dir", p.dir, "--exit-code", "6")
-	time.Sleep(300 * time.Millisecond)
+	c.waitLog("waiting for the supervisor to create", soon)
 	sup := p.supervise(nil, "--init-delay", "5s")
 	if code := c.exit(soon); code != 0 {
 		t.Fatalf("complete exit %d:\n%s", code, c.out.String())
@@ -239,13 +240,24 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 		t.Fatal("complete failed")
 	}
 	// ...and job runs again (its container restarted) while side finishes.
-	app := p.app("job", nil, "sleep 1; exit 5")
+	// It fails only when the test says so, however long side takes.
+	proceed := filepath.Join(p.dir, "proceed")
+	app := p.app("job", nil, fmt.Sprintf("until [ -e %s ]; do sleep 0.01; done; exit 5", proceed))
 	waitRecord(t, p.dir, "job", `"running":true`)
 	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "side"); code != 0 {
 		t.Fatal("complete failed")
 	}
-	if sup.wait(300 * time.Millisecond) {
+	// The supervisor decides on a completion before it answers it, so its
+	// status now shows whether side's ended the job.
+	st := status(t, p.dir)
+	if st.ExitCode != nil || !st.Peers["job"].Running {
+		t.Fatalf("after side's completion: exit code %v decided, job %+v; want none, job running", st.ExitCode, st.Peers["job"])
+	}
+	if sup.wait(0) {
 		t.Fatalf("supervisor exited %d on job's stale record", sup.code)
+	}
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	app.exit(soon)
 	if code := sup.exit(soon); code != 5 {
@@ -305,23 +317,14 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Peers    map[string]any
-		Awaiting int
-	}
-	json.Unmarshal(raw, &st)
-	if len(st.Peers) != 1000 || st.Awaiting != 1 {
+	if st := status(t, p.dir); len(st.Peers) != 1000 || st.Awaiting != 1 {
 		t.Fatalf("status: %d peers, awaiting %d; want 1000 and 1", len(st.Peers), st.Awaiting)
 	}
 	if sup.wait(200 * time.Millisecond) {
 		t.Fatal("supervisor exited with one peer missing")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
 	if err := c.Complete(ctx, "last", 0, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -352,17 +355,39 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 }
 
 // waitRecord waits (bounded) until peers/<name> holds want.
-func waitRecord(t *testing.T, dir, name, want string) {
+func waitRecord(t testing.TB, dir, name, want string) {
 	t.Helper()
-	deadline := time.Now().Add(soon)
-	for {
-		b, _ := os.ReadFile(filepath.Join(dir, "peers", name))
-		if strings.Contains(string(b), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record %s never held %q; last %q", name, want, b)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	if !proctest.Until(soon, func() bool {
+		b, _ = os.ReadFile(filepath.Join(dir, "peers", name))
+		return strings.Contains(string(b), want)
+	}) {
+		t.Fatalf("record %s never held %q; last %q", name, want, b)
 	}
+}
+
+// supervisorStatus is the part of /v1/status the tests read.
+type supervisorStatus struct {
+	Peers map[string]struct {
+		Running  bool `json:"running"`
+		ExitCode *int `json:"exit_code"`
+	} `json:"peers"`
+	Awaiting int  `json:"awaiting"`
+	ExitCode *int `json:"exit_code"`
+}
+
+// status reads the supervisor's /v1/status from its control socket in dir.
+func status(t testing.TB, dir string) supervisorStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
+	raw, err := control.NewClient(dir).Status(ctx)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st supervisorStatus
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatalf("status %s: %v", raw, err)
+	}
+	return st
 }

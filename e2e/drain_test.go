@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // prestop runs the preStop hook in the background.
@@ -78,7 +80,13 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	defer conn.Close()
+	// Envoy has accepted it: its stats count it.
+	const active = "listener.127.0.0.1_9000.downstream_cx_active"
+	proctest.Eventually(t, soon, "the connection counted by Envoy", func() bool {
+		_, body := p.get("http://127.0.0.1:15000/stats?filter=" + active)
+		return strings.Contains(body, active+": 1\n")
+	})
 	hook := p.prestop()
 	// Envoy's own listener on 9000 is not the app's; only the connection
 	// holds the drain.

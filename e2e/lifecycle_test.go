@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // Generous bounds: these assert behaviour, not speed (docs/benchmarks.md
@@ -36,7 +41,11 @@ func TestSigtermBeforeReadyExits143(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	sup.waitLog("proxy started", soon)
-	time.Sleep(100 * time.Millisecond)
+	// Up and answering, and still not ready.
+	proctest.Eventually(t, soon, "readiness 503 naming INITIALIZING", func() bool {
+		code, body := p.get(readyURL)
+		return code == 503 && strings.Contains(body, "INITIALIZING")
+	})
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 143 {
 		t.Fatalf("exit %d, want 143", code)
@@ -150,8 +159,8 @@ func TestSignalForwarding(t *testing.T) {
 	// Neither is forwarded: SIGUSR2 would kill Envoy, SIGHUP pilot-agent.
 	sup.signal(syscall.SIGUSR2)
 	sup.signal(syscall.SIGHUP)
+	sup.waitLog(`signal not forwarded" signal=SIGUSR2`, soon)
 	sup.waitLog(`signal not forwarded" signal=SIGHUP`, soon)
-	time.Sleep(200 * time.Millisecond)
 	p.waitHTTP(readyURL, 200, soon)
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 0 {
@@ -164,12 +173,19 @@ func TestSignalStorm(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"})
 	p.waitHTTP(readyURL, 200, soon)
+	storm := []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1}
 	for i := 0; i < 300; i++ {
-		for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1} {
+		for _, sig := range storm {
 			sup.cmd.Process.Signal(sig)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Signals of one kind coalesce: each kind the supervisor handles is
+	// counted at least once (SIGURG and SIGWINCH it leaves to Go, which
+	// ignores them).
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGUSR1} {
+		series := fmt.Sprintf(`proxy_supervisor_signals_total{signal="%s"}`, unix.SignalName(sig))
+		proctest.Eventually(t, soon, series+" counted", func() bool { v, _ := p.metric(series); return v >= 1 })
+	}
 	p.waitHTTP(readyURL, 200, soon)
 	for i := 0; i < 50; i++ {
 		sup.cmd.Process.Signal(syscall.SIGTERM)
@@ -183,22 +199,19 @@ func TestSignalStorm(t *testing.T) {
 // proxy's own status is never lost among them.
 func TestReapsOrphansAsPID1(t *testing.T) {
 	p := newPod(t)
-	sup := p.supervise(nil, "--orphans", "500", "--orphan-life", "200ms", "--exit-after", "2s", "--exit-code", "7")
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise(nil, "--orphans", "500", "--orphan-life", "200ms", "--control", ctl)
 	p.waitHTTP(readyURL, 200, soon)
-	deadline := time.Now().Add(soon)
-	for {
-		if v, _ := p.metric("proxy_supervisor_zombies_reaped_total"); v >= 500 {
-			break
-		}
-		if time.Now().After(deadline) {
-			v, _ := p.metric("proxy_supervisor_zombies_reaped_total")
-			t.Fatalf("reaped %v orphans, want >= 500", v)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var reaped float64
+	if !proctest.Until(soon, func() bool { reaped, _ = p.metric("proxy_supervisor_zombies_reaped_total"); return reaped >= 500 }) {
+		t.Fatalf("reaped %v orphans, want >= 500", reaped)
 	}
 	if z := zombies(sup.cmd.Process.Pid); z != 0 {
 		t.Errorf("%d zombies under the supervisor", z)
 	}
+	// The proxy exits only now that every orphan was reaped, however
+	// long that took.
+	fixture(t, ctl, "exit 7")
 	if code := sup.exit(soon); code != 7 {
 		t.Fatalf("exit %d, want the proxy's 7", code)
 	}

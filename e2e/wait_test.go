@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,8 +14,33 @@ import (
 // supervisor has created its socket.
 func TestWaitReturnsWhenReady(t *testing.T) {
 	p := newPod(t)
+	// A socket that hangs up stands in for the supervisor until wait has
+	// tried it: wait must retry, not fail.
+	early, err := net.Listen("unix", filepath.Join(p.dir, "control.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := p.start("wait", false, nil, bin.supervisor, "wait", "--control-dir", p.dir, "--timeout", "30s")
-	time.Sleep(300 * time.Millisecond) // no socket yet: wait must retry, not fail
+	tried := make(chan error, 1)
+	go func() {
+		c, err := early.Accept()
+		if err == nil {
+			c.Close()
+		}
+		tried <- err
+	}()
+	select {
+	case err := <-tried:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(soon):
+		t.Fatal("wait never tried the socket")
+	}
+	early.Close() // removes the socket: no supervisor at all now
+	if w.wait(0) {
+		t.Fatalf("wait gave up at once (%d):\n%s", w.code, w.out.String())
+	}
 	sup := p.supervise(nil, "--init-delay", "1s")
 	sup.waitLog("proxy ready", soon)
 	ready := time.Now()
