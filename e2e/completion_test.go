@@ -26,6 +26,7 @@ func (p *pod) app(name string, flags []string, script string) *proc {
 }
 
 func TestJobSucceeds(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "300ms")
 	app := p.app("app", nil, "echo working; exit 0")
@@ -47,6 +48,7 @@ func TestJobSucceeds(t *testing.T) {
 }
 
 func TestJobFailsUnderNever(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "exit 3")
@@ -61,6 +63,7 @@ func TestJobFailsUnderNever(t *testing.T) {
 // Under OnFailure the kubelet restarts the failed app in the same pod, and it
 // needs the proxy: only a success ends it.
 func TestJobFailsUnderOnFailure(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--on-peer-failure", "wait"})
 	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
@@ -80,6 +83,7 @@ func TestJobFailsUnderOnFailure(t *testing.T) {
 }
 
 func TestTwoPeers(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "job,uploader"})
 	if code := p.app("job", nil, "exit 0").exit(soon); code != 0 {
@@ -104,6 +108,7 @@ func TestTwoPeers(t *testing.T) {
 // The app finished before the proxy container (re)started: the supervisor
 // exits with the recorded code and never starts the proxy.
 func TestCompletionBeforeSupervisor(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	// The supervisor of an earlier run created peers/; none listens now.
 	earlier := p.supervise(nil)
@@ -127,6 +132,7 @@ func TestCompletionBeforeSupervisor(t *testing.T) {
 // The app finished before the proxy container ever started in this pod:
 // complete waits for the supervisor to create peers/, and the job ends.
 func TestCompletionBeforeFirstStart(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	c := p.start("complete", false, nil, bin.supervisor, "complete", "--control-dir", p.dir, "--exit-code", "6")
 	c.waitLog("waiting for the supervisor to create", soon)
@@ -142,6 +148,7 @@ func TestCompletionBeforeFirstStart(t *testing.T) {
 // SIGTERM to exec while it waits for the proxy ends the run with a record
 // (signaled), not with a lock released by death (lost).
 func TestExecSignaledWhileWaiting(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", nil, "echo must-not-run")
@@ -162,6 +169,7 @@ func TestExecSignaledWhileWaiting(t *testing.T) {
 // On pod deletion the preStop hook comes first, and the app's own SIGTERM
 // and the failure it reports must not decide how the proxy exits.
 func TestPodDeletionOfAJob(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -180,6 +188,7 @@ func TestPodDeletionOfAJob(t *testing.T) {
 }
 
 func TestCompletionWhileProxyStarting(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "30s")
 	sup.waitLog("proxy started", soon)
@@ -198,6 +207,7 @@ func TestCompletionWhileProxyStarting(t *testing.T) {
 // The kubelet kills the app and its exec together (memory.oom.group): no
 // final record is written, and the released lock counts as a failure.
 func TestAppKilledWithExecIsLost(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "sleep 100")
@@ -212,6 +222,7 @@ func TestAppKilledWithExecIsLost(t *testing.T) {
 }
 
 func TestExecNotReady(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", []string{"--timeout", "1s"}, "echo must-not-run")
@@ -232,6 +243,7 @@ func TestExecNotReady(t *testing.T) {
 // A final record left by an earlier run of the same container never ends a
 // later run: exec marks the record running first.
 func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "job,side"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -266,6 +278,7 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 }
 
 func TestCurlOnTheSocket(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
@@ -295,6 +308,7 @@ func TestCurlOnTheSocket(t *testing.T) {
 }
 
 func TestThousandConcurrentCompletes(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "1001"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -334,6 +348,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 }
 
 func TestNativeSidecarWaitsForSigterm(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--native-sidecar", "--drain-min", "30s"})
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {

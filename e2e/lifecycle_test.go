@@ -19,6 +19,7 @@ const (
 )
 
 func TestSigtermAfterReadyExitsZero(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	p.waitHTTP(readyURL, 200, soon)
@@ -38,6 +39,7 @@ func TestSigtermAfterReadyExitsZero(t *testing.T) {
 }
 
 func TestSigtermBeforeReadyExits143(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	sup.waitLog("proxy started", soon)
@@ -53,6 +55,7 @@ func TestSigtermBeforeReadyExits143(t *testing.T) {
 }
 
 func TestSigquitKillsAtOnce(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--stop-timeout", "30s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
@@ -67,6 +70,7 @@ func TestSigquitKillsAtOnce(t *testing.T) {
 }
 
 func TestProxyExitCodePropagates(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		flags []string
@@ -78,6 +82,7 @@ func TestProxyExitCodePropagates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise(nil, tt.flags...)
 			if code := sup.exit(soon); code != tt.code {
@@ -89,6 +94,7 @@ func TestProxyExitCodePropagates(t *testing.T) {
 }
 
 func TestCommandNotFoundOrNotExecutable(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	notExec := p.dir + "/not-executable"
 	if err := writeFile(notExec, "#!/bin/sh\n", 0o644); err != nil {
@@ -106,6 +112,7 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 }
 
 func TestBadFlagsExit2(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	for _, args := range [][]string{
 		{"supervise", "--drain-min", "soon", "--", "true"},
@@ -130,6 +137,7 @@ func TestBadFlagsExit2(t *testing.T) {
 // A proxy that ignores SIGTERM and /quitquitquit is killed at --stop-timeout,
 // and a stop we asked for still exits 0.
 func TestHangingProxyIsKilled(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--stop-timeout", "1s", "--drain-min", "0s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
@@ -147,6 +155,7 @@ func TestHangingProxyIsKilled(t *testing.T) {
 }
 
 func TestSignalForwarding(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "1s")
 	sup.waitLog("proxy started", soon)
@@ -170,6 +179,7 @@ func TestSignalForwarding(t *testing.T) {
 
 // A storm of signals that must not stop anything, then one that must.
 func TestSignalStorm(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -198,6 +208,7 @@ func TestSignalStorm(t *testing.T) {
 // As PID 1 the supervisor reaps every orphan the proxy leaves, and the
 // proxy's own status is never lost among them.
 func TestReapsOrphansAsPID1(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	ctl := p.dir + "/envoy.sock"
 	sup := p.supervise(nil, "--orphans", "500", "--orphan-life", "200ms", "--control", ctl)

@@ -13,6 +13,7 @@ import (
 // wait returns as soon as the proxy is ready, even when it starts before the
 // supervisor has created its socket.
 func TestWaitReturnsWhenReady(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	// A socket that hangs up stands in for the supervisor until wait has
 	// tried it: wait must retry, not fail.
@@ -54,6 +55,7 @@ func TestWaitReturnsWhenReady(t *testing.T) {
 
 // A wait that gives up fails, with a one-line reason; it never proceeds.
 func TestWaitFailsAtTimeout(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	sup.waitLog("proxy started", soon)
@@ -72,6 +74,7 @@ func TestWaitFailsAtTimeout(t *testing.T) {
 
 // --url polls a readiness URL: the fallback for a proxy that is not ours.
 func TestWaitURL(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "500ms")
 	code, out := p.client(soon, nil, "wait", "--url", "http://127.0.0.1:15022/healthz/ready", "--timeout", "10s")
@@ -88,6 +91,7 @@ func TestWaitURL(t *testing.T) {
 
 // A dead Envoy is not ready: readiness goes 503 -> 200 -> 503.
 func TestReadinessFollowsEnvoy(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	ctl := p.dir + "/envoy.sock"
 	sup := p.supervise([]string{"--log-format", "json", "--drain-min", "0s"}, "--init-delay", "500ms", "--control", ctl)
