@@ -217,8 +217,8 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 	if !proctest.Until(soon, func() bool { reaped, _ = p.metric("proxy_supervisor_zombies_reaped_total"); return reaped >= 500 }) {
 		t.Fatalf("reaped %v orphans, want >= 500", reaped)
 	}
-	if z := zombies(sup.cmd.Process.Pid); z != 0 {
-		t.Errorf("%d zombies under the supervisor", z)
+	if z := proctest.Zombies(sup.Pid()); len(z) != 0 {
+		t.Errorf("%d zombies under the supervisor: %v", len(z), z)
 	}
 	// The proxy exits only now that every orphan was reaped, however
 	// long that took.

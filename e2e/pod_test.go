@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -251,24 +250,6 @@ func (p *pod) metric(series string) (float64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// zombies counts unreaped children of pid.
-func zombies(pid int) int {
-	n := 0
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			n++
-		}
-	}
-	return n
 }
 
 func writeFile(path, content string, mode os.FileMode) error {

@@ -40,29 +40,34 @@ func start(t *testing.T, args ...string) *proc {
 	return p
 }
 
-func (p *proc) waitFile(name string) string {
+// waitFile waits until the file name holds what ok accepts.
+func (p *proc) waitFile(name string, ok func(string) bool) string {
 	p.t.Helper()
 	var b []byte
 	var err error
 	read := func() bool {
 		b, err = os.ReadFile(filepath.Join(p.dir, name))
-		return err == nil || p.Exited()
+		return (err == nil && ok(string(b))) || p.Exited()
 	}
 	if !proctest.Until(5*time.Second, read) {
-		p.t.Fatalf("%s never appeared", name)
+		p.t.Fatalf("%s never appeared (last %q, %v)", name, b, err)
 	}
-	if err != nil {
+	if err != nil || !ok(string(b)) {
 		p.t.Fatalf("exited (%v) before %s appeared", p.Status(), name)
 	}
 	return string(b)
 }
 
 // bound waits until the admin port is bound: signal set-up is over by then.
-func (p *proc) bound() string { return p.waitFile("admin") }
+// The address file is created empty and then written, so an empty one does
+// not count.
+func (p *proc) bound() string {
+	return p.waitFile("admin", func(addr string) bool { return addr != "" })
+}
 
 // live waits until the fake is LIVE and its handlers are installed.
 func (p *proc) live() string {
-	p.waitFile("ready")
+	p.waitFile("ready", func(string) bool { return true })
 	return p.bound()
 }
 

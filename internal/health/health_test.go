@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
@@ -170,20 +172,15 @@ func TestActiveConnectionsFromRealConnections(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}
-	want := len(conns)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := a.ActiveConnections(context.Background(), nil)
-		if err != nil {
+	want, n := len(conns), 0
+	if !proctest.Until(5*time.Second, func() bool {
+		var err error
+		if n, err = a.ActiveConnections(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
-		if n == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("active %d, want %d", n, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n == want
+	}) {
+		t.Fatalf("active %d, want %d", n, want)
 	}
 	for _, c := range conns {
 		c.Close()
@@ -253,6 +250,21 @@ func TestHealthServer(t *testing.T) {
 	}
 }
 
+// countConns counts the connections s accepts and closes; call it before
+// Serve.
+func countConns(s *Server) (accepted, closed *atomic.Int32) {
+	accepted, closed = new(atomic.Int32), new(atomic.Int32)
+	s.srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			closed.Add(1)
+		}
+	}
+	return accepted, closed
+}
+
 // Slow clients are cut off at the header timeout and cannot pin more than
 // maxConns goroutines and descriptors.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
@@ -260,6 +272,7 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	accepted, closed := countConns(s)
 	go s.Serve()
 	defer s.Close()
 	before := runtime.NumGoroutine()
@@ -277,12 +290,13 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 			c.Close()
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The server takes every slot, and no more.
+	proctest.Eventually(t, 5*time.Second, "every slot taken", func() bool { return accepted.Load() >= maxConns })
 	if g := runtime.NumGoroutine() - before; g > maxConns+10 {
 		t.Fatalf("%d goroutines for 300 slow clients; want at most ~%d", g, maxConns)
 	}
 	// After the header timeout they are gone and a real probe gets through.
-	time.Sleep(headerTimeout + time.Second)
+	proctest.Eventually(t, headerTimeout+10*time.Second, "the slow clients cut off", func() bool { return closed.Load() >= maxConns })
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + s.Addr().String() + "/healthz/ready")
 	if err != nil {
@@ -301,6 +315,7 @@ func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	accepted, _ := countConns(s)
 	go s.Serve()
 	defer s.Close()
 	addr := s.Addr().String()
@@ -318,7 +333,8 @@ func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
 		fmt.Fprintf(c, "GET /healthz/live HTTP/1.1\r\nHost: x\r\n\r\n") // then park
 		conns = append(conns, c)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Every slot is parked on.
+	proctest.Eventually(t, 5*time.Second, "every slot taken", func() bool { return accepted.Load() >= maxConns })
 	client := &http.Client{Timeout: 3 * time.Second} // the kubelet's probe timeout
 	start := time.Now()
 	resp, err := client.Get("http://" + addr + "/healthz/ready")

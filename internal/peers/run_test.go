@@ -10,11 +10,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // The test binary doubles as a peer in another process, so that a lock
@@ -275,6 +280,32 @@ func TestKilledHolderIsLost(t *testing.T) {
 	}
 }
 
+// waitLockWaiter waits until some open file waits for the lock of the record
+// name, as WatchLost does while the record's exec lives: /proc/locks lists
+// such a request as "->", with the file's device and inode.
+func waitLockWaiter(t *testing.T, d Dir, name string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(d.file(name), &st); err != nil {
+		t.Fatal(err)
+	}
+	inode := ":" + strconv.FormatUint(st.Ino, 10)
+	proctest.Eventually(t, 5*time.Second, "a waiter on the lock of "+name, func() bool {
+		locks, err := os.ReadFile("/proc/locks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(locks)) {
+			// ID: -> FLOCK ADVISORY READ PID MAJ:MIN:INODE START END
+			f := strings.Fields(line)
+			if len(f) > 6 && f[1] == "->" && strings.HasSuffix(f[6], inode) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 func mustLoad(t *testing.T, d Dir) map[string]Record {
 	t.Helper()
 	recs, errs := d.Load(nil)
@@ -289,10 +320,11 @@ func TestWatchLostHolderDies(t *testing.T) {
 	kill := holder(t, d, "app")
 	done := make(chan error, 1)
 	go func() { done <- d.WatchLost(context.Background(), "app") }()
+	waitLockWaiter(t, d, "app")
 	select {
 	case err := <-done:
 		t.Fatalf("WatchLost returned while the holder lives: %v", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	killed := time.Now()
 	kill()
@@ -318,7 +350,7 @@ func TestWatchLostFinish(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.WatchLost(context.Background(), "app") }()
-	time.Sleep(50 * time.Millisecond)
+	waitLockWaiter(t, d, "app")
 	if err := run.Finish(4, Exited); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +377,7 @@ func TestWatchLostCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.WatchLost(ctx, "app") }()
-	time.Sleep(50 * time.Millisecond)
+	waitLockWaiter(t, d, "app")
 	cancel()
 	select {
 	case err := <-done:
