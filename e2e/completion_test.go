@@ -70,9 +70,7 @@ func TestJobFailsUnderOnFailure(t *testing.T) {
 		t.Fatalf("first run exit %d", code)
 	}
 	sup.waitLog("keeping the proxy for its restart", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d after a failure under OnFailure", sup.code)
-	}
+	p.undecided(sup, "a failure under OnFailure")
 	p.waitHTTP(readyURL, 200, soon)
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatalf("second run exit %d", code)
@@ -89,9 +87,7 @@ func TestTwoPeers(t *testing.T) {
 	if code := p.app("job", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatalf("job exit %d", code)
 	}
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d with one of two peers done", sup.code)
-	}
+	p.undecided(sup, "one of two peers done")
 	// An unknown name is refused, with the reason, and a non-zero exit.
 	code, out := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "intruder")
 	if code == 0 || !strings.Contains(out, "intruder") {
@@ -259,14 +255,9 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "side"); code != 0 {
 		t.Fatal("complete failed")
 	}
-	// The supervisor decides on a completion before it answers it, so its
-	// status now shows whether side's ended the job.
-	st := status(t, p.dir)
-	if st.ExitCode != nil || !st.Peers["job"].Running {
-		t.Fatalf("after side's completion: exit code %v decided, job %+v; want none, job running", st.ExitCode, st.Peers["job"])
-	}
-	if sup.wait(0) {
-		t.Fatalf("supervisor exited %d on job's stale record", sup.code)
+	p.undecided(sup, "side's completion, with job's stale record")
+	if st := status(t, p.dir); !st.Peers["job"].Running {
+		t.Fatalf("job %+v, want running", st.Peers["job"])
 	}
 	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -334,9 +325,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 	if st := status(t, p.dir); len(st.Peers) != 1000 || st.Awaiting != 1 {
 		t.Fatalf("status: %d peers, awaiting %d; want 1000 and 1", len(st.Peers), st.Awaiting)
 	}
-	if sup.wait(200 * time.Millisecond) {
-		t.Fatal("supervisor exited with one peer missing")
-	}
+	p.undecided(sup, "1000 of 1001 peers")
 	ctx, cancel := context.WithTimeout(context.Background(), soon)
 	defer cancel()
 	if err := c.Complete(ctx, "last", 0, ""); err != nil {
@@ -355,9 +344,7 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 		t.Fatal("app failed")
 	}
 	sup.waitLog("native sidecar waits for SIGTERM", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("a native sidecar exited %d on completion", sup.code)
-	}
+	p.undecided(sup, "a native sidecar's peers completed")
 	start := time.Now()
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 0 {
@@ -366,6 +353,20 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	// Every peer had completed, so the 30 s drain minimum is skipped.
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("stop took %v; the drain minimum should have been skipped", d)
+	}
+}
+
+// undecided asserts that the supervisor runs on with no exit code decided.
+// It decides on a completion before it answers the poke, so once a peer's
+// exec or complete has returned, its status is the answer: there is no
+// window of time to watch.
+func (p *pod) undecided(sup *proc, after string) {
+	p.t.Helper()
+	if st := status(p.t, p.dir); st.ExitCode != nil {
+		p.t.Fatalf("after %s: exit code %d decided", after, *st.ExitCode)
+	}
+	if sup.wait(0) {
+		p.t.Fatalf("after %s: supervisor exited %d", after, sup.code)
 	}
 }
 
