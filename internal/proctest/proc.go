@@ -171,9 +171,13 @@ func (pr *Proc) Kill() {
 }
 
 // WaitLog waits up to d until the output holds s; the test fails if it does
-// not, or if the process ends without it.
+// not, or if the process ends without it. The output is Out: WaitLog is for
+// a process whose stdout and stderr Start captured.
 func (pr *Proc) WaitLog(s string, d time.Duration) {
 	pr.tb.Helper()
+	if pr.Out == nil {
+		pr.tb.Fatalf("%s: WaitLog on output the test redirected itself", pr.Name)
+	}
 	has := func() bool { return strings.Contains(pr.Out.String(), s) }
 	if Until(d, func() bool { return has() || pr.Exited() }) && has() {
 		return

@@ -40,10 +40,10 @@ var ports struct {
 	used map[uint16]bool
 }
 
-// FreePort is a TCP port free on 127.0.0.1 now and handed out at most once
-// per test binary. Another process may still take it meanwhile; tests on the
-// host's network live with that, tests in their own network namespace do
-// not need it.
+// FreePort is a TCP port of 127.0.0.1 that was free when asked, and that no
+// other caller in this test binary gets. Another process may still take it
+// before the test binds it; a test in its own network namespace has no such
+// race and needs no FreePort.
 func FreePort(tb testing.TB) uint16 {
 	tb.Helper()
 	ports.mu.Lock()
