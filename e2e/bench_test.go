@@ -17,8 +17,9 @@ package e2e
 //
 // PS_BENCH_BIN names a directory holding release builds (make build) of
 // proxy-supervisor and fake-envoy, and storm (go build ./scripts/storm); by
-// default the binaries TestMain built are used and storm is built here.
-// PS_BENCH_QUICK=1 takes a tenth of the samples, for a smoke run.
+// default the binaries TestMain built are used, and storm is built too.
+// PS_BENCH_QUICK=1 takes a tenth of the samples, for a smoke run. Not under
+// -race: the binaries built here would then be race-instrumented.
 
 import (
 	"bufio"

@@ -222,7 +222,10 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 	sup := p.supervise(nil, "--orphans", strconv.Itoa(orphans), "--orphan-life", "200ms", "--control", ctl)
 	p.waitHTTP(readyURL, 200, soon)
 	var reaped float64
-	if !proctest.Until(3*soon, func() bool { reaped, _ = p.metric("proxy_supervisor_zombies_reaped_total"); return reaped >= float64(orphans) }) {
+	if !proctest.Until(3*soon, func() bool {
+		reaped, _ = p.metric("proxy_supervisor_zombies_reaped_total")
+		return reaped >= float64(orphans)
+	}) {
 		t.Fatalf("reaped %v orphans, want >= %d", reaped, orphans)
 	}
 	if z := proctest.Zombies(sup.Pid()); len(z) != 0 {
