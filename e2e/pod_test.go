@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -61,8 +62,14 @@ func newPod(t testing.TB) *pod {
 	if err := pause.Start(); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	// The volume holds control.sock, whose path must fit in sun_path.
-	p := &pod{t: t, dir: proctest.ShortDir(t), pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
+	// The volume holds control.sock, whose path must fit in sun_path. It is
+	// a directory of the test's own, as a t.TempDir() is: a test may change
+	// the mode of its parent.
+	dir := filepath.Join(proctest.ShortDir(t), "vol")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &pod{t: t, dir: dir, pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
 	t.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
 	if b, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, b)
@@ -77,7 +84,8 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  *proctest.Buffer
-	code int // the exit code, once wait or exit has seen the end
+	done chan struct{} // closed once the process ended and code is set
+	code int
 }
 
 // start runs argv inside the pod's network namespace. With newPID it is PID 1
@@ -89,9 +97,18 @@ func (p *pod) start(name string, newPID bool, env []string, argv ...string) *pro
 	if newPID {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	pr := proctest.StartWith(p.t, name, cmd, func() error { return p.inNetns(cmd.Start) })
-	return &proc{Proc: pr, t: p.t, name: name, cmd: cmd, out: pr.Out, code: -1}
+	started := proctest.StartWith(p.t, name, cmd, func() error { return p.inNetns(cmd.Start) })
+	pr := &proc{Proc: started, t: p.t, name: name, cmd: cmd, out: started.Out, done: make(chan struct{}), code: -1}
+	go func() {
+		<-started.Done()
+		pr.code = started.Code()
+		close(pr.done)
+	}()
+	return pr
 }
+
+// exitCode is the code a shell would report: 128+N for signal N.
+func exitCode(ps *os.ProcessState) int { return proctest.ExitCode(ps) }
 
 // supervise starts the supervisor as PID 1 with the fake Envoy as its proxy.
 func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
@@ -115,17 +132,22 @@ func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, 
 
 // wait reports whether the process ended within d.
 func (pr *proc) wait(d time.Duration) bool {
-	if !pr.Wait(d) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-pr.done:
+		return true
+	case <-t.C:
 		return false
 	}
-	pr.code = pr.Code()
-	return true
 }
 
 // exit waits (bounded) for the process and returns its exit code.
 func (pr *proc) exit(d time.Duration) int {
 	pr.t.Helper()
-	pr.code = pr.Exit(d)
+	if !pr.wait(d) {
+		pr.t.Fatalf("%s still running after %v", pr.name, d)
+	}
 	return pr.code
 }
 
