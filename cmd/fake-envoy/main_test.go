@@ -22,11 +22,18 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(proctest.Main(m, nil)) }
 
+// build returns the fake-envoy binary, built once for all tests.
+func build(t *testing.T) string {
+	t.Helper()
+	return proctest.Build(t, proctest.FakeEnvoy)
+}
+
 // proc is a running fake-envoy.
 type proc struct {
 	*proctest.Proc
-	t   *testing.T
-	dir string
+	t      *testing.T
+	dir    string
+	stderr *proctest.Buffer // all it writes: the fake writes nothing to stdout
 }
 
 // start runs the binary on free ports with an admin address file and a ready file.
@@ -36,7 +43,8 @@ func start(t *testing.T, args ...string) *proc {
 	args = append([]string{"--admin-addr", "127.0.0.1:0",
 		"--admin-address-path", filepath.Join(p.dir, "admin"),
 		"--ready-file", filepath.Join(p.dir, "ready")}, args...)
-	p.Proc = proctest.Start(t, "fake-envoy", exec.Command(proctest.Build(t, proctest.FakeEnvoy), args...))
+	p.Proc = proctest.Start(t, "fake-envoy", exec.Command(build(t), args...))
+	p.stderr = p.Out
 	return p
 }
 
@@ -118,7 +126,7 @@ func TestTermAndIntAfterInitExitZero(t *testing.T) {
 				t.Errorf("took %v: SIGTERM must not wait for a drain", took)
 			}
 			for _, want := range []string{line, "shutting down server instance\n", "[info][main] exiting\n"} {
-				if !strings.Contains(p.Out.String(), want) {
+				if !strings.Contains(p.stderr.String(), want) {
 					t.Errorf("stderr lacks %q", want)
 				}
 			}
@@ -141,8 +149,8 @@ func TestSignalsBeforeInitKill(t *testing.T) {
 			if !ws.Signaled() || ws.Signal() != sig {
 				t.Fatalf("status %v, want death by %v", ws, sig)
 			}
-			if strings.Contains(p.Out.String(), "caught") {
-				t.Errorf("a handler ran before init:\n%s", p.Out.String())
+			if strings.Contains(p.stderr.String(), "caught") {
+				t.Errorf("a handler ran before init:\n%s", p.stderr.String())
 			}
 		})
 	}
@@ -175,7 +183,7 @@ func TestHUPAndUSR1AfterInitAreHandled(t *testing.T) {
 		"[info][main] caught SIGUSR1. Reopening access logs.\n",
 		"reopening access logs\n",
 	} {
-		if !strings.Contains(p.Out.String(), want) {
+		if !strings.Contains(p.stderr.String(), want) {
 			t.Errorf("stderr lacks %q", want)
 		}
 	}
@@ -210,8 +218,8 @@ func TestCrashDiesOfSIGSEGV(t *testing.T) {
 	if !ws.Signaled() || ws.Signal() != unix.SIGSEGV {
 		t.Fatalf("status %v, want death by SIGSEGV (139)", ws)
 	}
-	if !strings.Contains(p.Out.String(), "[critical][main] Caught Segmentation fault") {
-		t.Errorf("no crash log:\n%s", p.Out.String())
+	if !strings.Contains(p.stderr.String(), "[critical][main] Caught Segmentation fault") {
+		t.Errorf("no crash log:\n%s", p.stderr.String())
 	}
 }
 
@@ -227,7 +235,7 @@ func TestHangOnTermDiesOnlyToSIGKILL(t *testing.T) {
 	if !p.alive(time.Second) {
 		t.Fatalf("exited: %v", p.Status())
 	}
-	if !strings.Contains(p.Out.String(), "caught ENVOY_SIGTERM") {
+	if !strings.Contains(p.stderr.String(), "caught ENVOY_SIGTERM") {
 		t.Error("SIGTERM not acknowledged")
 	}
 	p.signal(unix.SIGKILL)
@@ -261,8 +269,8 @@ func TestConfigErrorExitsOne(t *testing.T) {
 	if ws := p.exited(5 * time.Second); !ws.Exited() || ws.ExitStatus() != 1 {
 		t.Fatalf("status %v, want exit 1", ws)
 	}
-	if !strings.Contains(p.Out.String(), "[critical][main] error initializing configuration '/etc/envoy/envoy.yaml': ") {
-		t.Errorf("stderr:\n%s", p.Out.String())
+	if !strings.Contains(p.stderr.String(), "[critical][main] error initializing configuration '/etc/envoy/envoy.yaml': ") {
+		t.Errorf("stderr:\n%s", p.stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(p.dir, "admin")); err == nil {
 		t.Error("a config error bound the admin port")
@@ -284,7 +292,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"stray"}, 1, "unexpected argument"},
 	}
 	for _, tt := range tests {
-		cmd := exec.Command(proctest.Build(t, proctest.FakeEnvoy), tt.args...)
+		cmd := exec.Command(build(t), tt.args...)
 		out, _ := cmd.CombinedOutput()
 		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.Contains(string(out), tt.out) {
 			t.Errorf("%q: exit %d, want %d; output lacks %q:\n%s", tt.args, code, tt.code, tt.out, out)
@@ -301,7 +309,7 @@ func TestEnvoyFlagsAreAccepted(t *testing.T) {
 	if err != nil || !strings.Contains(body, `"drain_time": "45s"`) || !strings.Contains(body, `"config_path": "/etc/istio/proxy/envoy-rev.json"`) {
 		t.Fatalf("/server_info %v:\n%s", err, body)
 	}
-	if strings.Contains(p.Out.String(), "[info]") {
+	if strings.Contains(p.stderr.String(), "[info]") {
 		t.Error("-l warning still logs info")
 	}
 }
@@ -384,7 +392,7 @@ func TestOrphansAreLeftToTheSubreaper(t *testing.T) {
 	const n = 3
 	p := start(t, "--orphans", strconv.Itoa(n), "--orphan-life", "10s")
 	p.live()
-	fake, binary := p.Pid(), proctest.Build(t, proctest.FakeEnvoy)
+	fake, binary := p.Pid(), build(t)
 	var orphans []int
 	underFake := 0
 	handed := func() bool {
