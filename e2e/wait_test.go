@@ -3,11 +3,14 @@ package e2e
 import (
 	"encoding/json"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // wait returns as soon as the proxy is ready, even when it starts before the
@@ -16,8 +19,15 @@ func TestWaitReturnsWhenReady(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	// A socket that hangs up stands in for the supervisor until wait has
-	// tried it: wait must retry, not fail.
-	early, err := net.Listen("unix", filepath.Join(p.dir, "control.sock"))
+	// tried it: wait must retry, not fail. Then it goes, with any directory
+	// made for it, as if nothing had been there.
+	path := control.NewClient(p.dir).Path()
+	_, err := os.Stat(filepath.Dir(path))
+	made := os.IsNotExist(err)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	early, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +49,11 @@ func TestWaitReturnsWhenReady(t *testing.T) {
 		t.Fatal("wait never tried the socket")
 	}
 	early.Close() // removes the socket: no supervisor at all now
+	if made {
+		if err := os.Remove(filepath.Dir(path)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if w.wait(0) {
 		t.Fatalf("wait gave up at once (%d):\n%s", w.code, w.out.String())
 	}

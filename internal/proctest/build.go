@@ -112,14 +112,16 @@ func build(pkgs []string) error {
 		if builds.dir, err = os.MkdirTemp("", "proctest-bin-"); err != nil {
 			return fmt.Errorf("proctest: build: %w", err)
 		}
+		// Tests run the binaries as other uids too (the proxy's 1337).
+		if err := os.Chmod(builds.dir, 0o755); err != nil {
+			return fmt.Errorf("proctest: build: %w", err)
+		}
 	}
 	// The sources are read by the compiler, in another process, so go
 	// test's cache would not know this test depends on them: a test
 	// result would be reused after a change to a binary. Touching them
 	// from here records them.
 	touchSources(root)
-	// Each binary gets its own directory, so that it keeps its name (a
-	// process's comm) whatever another package is called.
 	args := []string{"build", "-trimpath"}
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	if Race {
@@ -128,7 +130,9 @@ func build(pkgs []string) error {
 		env = append(env, "CGO_ENABLED=1")
 	}
 	for _, pkg := range pkgs {
-		out := filepath.Join(builds.dir, strings.ReplaceAll(pkg, "/", "_"), path.Base(pkg))
+		// One directory for all, named as the packages are: tests find
+		// one binary beside another.
+		out := filepath.Join(builds.dir, path.Base(pkg))
 		cmd := exec.Command("go", append(args, "-o", out, "./"+pkg)...)
 		cmd.Dir, cmd.Env = root, env
 		if b, err := cmd.CombinedOutput(); err != nil {
