@@ -130,16 +130,13 @@ func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, 
 	return pr.code, pr.out.String()
 }
 
-// wait reports whether the process ended within d.
+// wait reports whether the process ended within d; code is set then.
 func (pr *proc) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-pr.done:
-		return true
-	case <-t.C:
+	if !pr.Wait(d) {
 		return false
 	}
+	<-pr.done // closed right after, once code is set
+	return true
 }
 
 // exit waits (bounded) for the process and returns its exit code.
