@@ -15,11 +15,17 @@ demo: build
 	BIN=$(BIN) bash scripts/demo.sh
 
 # Unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
-# (those need root for namespaces; they skip themselves otherwise).
+# (those need root for namespaces; they skip themselves otherwise), all under
+# the race detector, which needs cgo and a C compiler. Under it the tests
+# build race-instrumented binaries, so that a race in a process a test drives
+# fails that test. Then the pod tests once more against the binaries as
+# shipped (static, CGO_ENABLED=0). The pod tests mostly wait on processes,
+# so more of them run at once than there are cores.
 test: test-deploy
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	$(GO) test -count=1 -timeout 15m ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	$(GO) test -count=1 -parallel 8 -timeout 10m ./e2e/
 
 # The deploy/ manifests, the Istio injection template (rendered by Istio's
 # own injector), the Dockerfiles and docs/lifecycle.svg, in their own module

@@ -17,8 +17,9 @@ package e2e
 //
 // PS_BENCH_BIN names a directory holding release builds (make build) of
 // proxy-supervisor and fake-envoy, and storm (go build ./scripts/storm); by
-// default the binaries TestMain built are used and storm is built here.
-// PS_BENCH_QUICK=1 takes a tenth of the samples, for a smoke run.
+// default the binaries TestMain built are used, and storm is built too.
+// PS_BENCH_QUICK=1 takes a tenth of the samples, for a smoke run. Not under
+// -race: the binaries built here would then be race-instrumented.
 
 import (
 	"bufio"
@@ -44,7 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 const benchHealthAddr = "127.0.0.1:15022"
@@ -82,33 +83,6 @@ func benchNeedTool(b *testing.B, names ...string) {
 	}
 }
 
-// newBenchPod is newPod for a benchmark. Its t is nil: of pod's methods only
-// inNetns, dial, http and get may be used on it.
-func newBenchPod(b *testing.B) *pod {
-	b.Helper()
-	pause := exec.Command("sleep", "infinity")
-	pause.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	if err := pause.Start(); err != nil {
-		b.Fatalf("pause: %v", err)
-	}
-	b.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
-	p := &pod{dir: b.TempDir(), pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
-	if out, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		b.Fatalf("lo up: %v: %s", err, out)
-	}
-	return p
-}
-
-// bproc is proc for a benchmark, with the instant its exit was seen.
-type bproc struct {
-	name  string
-	cmd   *exec.Cmd
-	out   *syncbuf.Buffer
-	done  chan struct{}
-	code  int
-	ended time.Time
-}
-
 // cleanEnv is the environment without the Go runtime knobs a caller may have
 // set, so that the binaries run with the tuning they choose themselves.
 func benchEnv(extra []string) []string {
@@ -126,84 +100,22 @@ func benchEnv(extra []string) []string {
 // network namespace: it is forked from a thread inside it (no nsenter, so a
 // client's start costs what it costs in a container). With newPID it is PID 1
 // of a new PID namespace, as a container's entrypoint is.
-func bstart(b *testing.B, p *pod, name string, newPID bool, env []string, argv ...string) *bproc {
+func bstart(b *testing.B, p *pod, name string, newPID bool, env []string, argv ...string) *proctest.Proc {
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = benchEnv(env)
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if newPID {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	var err error
-	if p != nil {
-		err = p.inNetns(cmd.Start)
-	} else {
-		err = cmd.Start()
+	if p == nil {
+		return proctest.Start(b, name, cmd)
 	}
-	if err != nil {
-		b.Fatalf("start %s: %v", name, err)
-	}
-	pr := &bproc{name: name, cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		pr.ended = time.Now()
-		pr.code = exitCode(cmd.ProcessState)
-		close(pr.done)
-	}()
-	b.Cleanup(pr.kill)
-	return pr
-}
-
-// kill ends the process's group (a PID 1 takes its namespace with it) and
-// waits for it.
-func (pr *bproc) kill() {
-	select {
-	case <-pr.done:
-		return
-	default:
-	}
-	syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
-	<-pr.done
-}
-
-func (pr *bproc) exited() bool {
-	select {
-	case <-pr.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// exit waits (bounded) for the process and returns its code.
-func (pr *bproc) exit(b *testing.B, d time.Duration) int {
-	b.Helper()
-	select {
-	case <-pr.done:
-		return pr.code
-	case <-time.After(d):
-		b.Fatalf("%s still running after %v:\n%s", pr.name, d, pr.out.String())
-		return -1
-	}
-}
-
-// waitLog waits (bounded) until the output holds s, checking every 1 ms.
-func (pr *bproc) waitLog(b *testing.B, s string, d time.Duration) {
-	b.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(pr.out.String(), s) {
-		if pr.exited() || time.Now().After(deadline) {
-			b.Fatalf("%s never logged %q (exited: %v):\n%s", pr.name, s, pr.exited(), pr.out.String())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return proctest.StartWith(b, name, cmd, func() error { return p.inNetns(cmd.Start) })
 }
 
 // benchSupervise starts the supervisor as PID 1 in the pod with the fake Envoy as
 // its proxy, its control socket in dir.
-func benchSupervise(b *testing.B, p *pod, env []string, dir string, flags []string, envoyFlags ...string) *bproc {
+func benchSupervise(b *testing.B, p *pod, env []string, dir string, flags []string, envoyFlags ...string) *proctest.Proc {
 	b.Helper()
 	argv := append([]string{bin.supervisor, "supervise", "--control-dir", dir, "--health-addr", benchHealthAddr}, flags...)
 	argv = append(argv, "--", bin.envoy)
@@ -218,73 +130,32 @@ var untuned = []string{"GOGC=100", "GOMEMLIMIT=off"}
 const untunedName = "Go defaults (GOGC=100 GOMEMLIMIT=off)"
 
 // waitSocket waits (bounded) until a unix socket accepts connections.
-func benchWaitSocket(b *testing.B, path string, sup *bproc) {
+func benchWaitSocket(b *testing.B, path string, sup *proctest.Proc) {
 	b.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil {
+	var err error
+	accepts := func() bool {
+		var c net.Conn
+		if c, err = net.Dial("unix", path); err == nil {
 			c.Close()
-			return
 		}
-		if sup.exited() || time.Now().After(deadline) {
-			b.Fatalf("%s never accepted (%v):\n%s", path, err, sup.out.String())
-		}
-		time.Sleep(time.Millisecond)
+		return err == nil || sup.Exited()
+	}
+	if !proctest.Until(10*time.Second, accepts) || err != nil {
+		b.Fatalf("%s never accepted (%v):\n%s", path, err, sup.Out.String())
 	}
 }
 
 // waitReady waits (bounded) for the supervisor in dir to report ready, on
 // its control socket.
-func benchWaitReady(b *testing.B, dir string, sup *bproc) {
+func benchWaitReady(b *testing.B, dir string, sup *proctest.Proc) {
 	b.Helper()
 	benchWaitSocket(b, control.SocketPath(dir), sup)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ready, why, err := control.NewClient(dir).Ready(ctx, 10*time.Second)
 	if !ready {
-		b.Fatalf("not ready: %s %v:\n%s", why, err, sup.out.String())
+		b.Fatalf("not ready: %s %v:\n%s", why, err, sup.Out.String())
 	}
-}
-
-// waitGet waits (bounded) until url answers want inside the pod.
-func benchWaitGet(b *testing.B, p *pod, url string, want int) {
-	b.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := p.get(url)
-		if code == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: %d %q, want %d", url, code, body, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// listenApp opens a listening socket in the pod's network namespace, as
-// pod.listen does: the app.
-func benchListen(b *testing.B, p *pod, addr string) net.Listener {
-	b.Helper()
-	var ln net.Listener
-	if err := p.inNetns(func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		b.Fatalf("app listen %s: %v", addr, err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	b.Cleanup(func() { ln.Close() })
-	return ln
 }
 
 // --- statistics and reporting ---
@@ -405,28 +276,28 @@ func BenchmarkIdleMemory(b *testing.B) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			for i, s := range subjects {
-				p := newBenchPod(b)
+				p := newPod(b)
 				pr := bstart(b, p, s.name, true, s.env, s.argv(p.dir)...)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer pr.kill()
+					defer pr.Kill()
 					if s.envoy {
-						deadline := time.Now().Add(10 * time.Second)
-						for code, _ := p.get("http://" + benchHealthAddr + "/healthz/ready"); code != 200; code, _ = p.get("http://" + benchHealthAddr + "/healthz/ready") {
-							if time.Now().After(deadline) || pr.exited() {
-								b.Errorf("%s: never ready:\n%s", s.name, pr.out.String())
-								return
-							}
-							time.Sleep(10 * time.Millisecond)
+						ready := func() bool {
+							code, _ := p.get("http://" + benchHealthAddr + "/healthz/ready")
+							return code == 200 || pr.Exited()
+						}
+						if !proctest.Until(10*time.Second, ready) || pr.Exited() {
+							b.Errorf("%s: never ready:\n%s", s.name, pr.Out.String())
+							return
 						}
 					}
 					time.Sleep(idle)
-					if pr.exited() {
-						b.Errorf("%s exited %d:\n%s", s.name, pr.code, pr.out.String())
+					if pr.Exited() {
+						b.Errorf("%s exited %d:\n%s", s.name, pr.Code(), pr.Out.String())
 						return
 					}
-					st, err := procStatusKB(pr.cmd.Process.Pid, fields...)
+					st, err := procStatusKB(pr.Pid(), fields...)
 					if err != nil {
 						b.Errorf("%s: %v", s.name, err)
 						return
@@ -476,13 +347,7 @@ func benchStormBin(b *testing.B) string {
 			return path
 		}
 	}
-	out := filepath.Join(b.TempDir(), "storm")
-	cmd := exec.Command("go", "build", "-o", out, "../scripts/storm")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build storm: %v\n%s", err, msg)
-	}
-	return out
+	return proctest.Build(b, proctest.Storm)
 }
 
 func benchFileExists(path string) bool {
@@ -517,7 +382,7 @@ func BenchmarkOrphanStorm(b *testing.B) {
 		argv = append(argv, storm, "-n", strconv.Itoa(n))
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = benchEnv(nil)
-		var stdout, stderr syncbuf.Buffer
+		var stdout, stderr proctest.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		if err := cmd.Run(); err != nil {
@@ -598,7 +463,7 @@ func pollLoop(p *pod, url string, every time.Duration, stop <-chan struct{}) <-c
 // the flip.
 func BenchmarkReadiness(b *testing.B) {
 	useBenchBins(b)
-	p := newBenchPod(b)
+	p := newPod(b)
 	n, withBaseline := benchSamples(300), benchSamples(50)
 	var waitMs, waitUntunedMs, pollMs []float64
 	for range b.N {
@@ -628,8 +493,8 @@ func BenchmarkReadiness(b *testing.B) {
 			}
 			w := bstart(b, nil, "wait", false, env, bin.supervisor, "wait", "--control-dir", dir, "--timeout", "20s")
 			time.Sleep(100*time.Millisecond + rand.N(25*time.Millisecond))
-			if w.exited() {
-				b.Fatalf("wait returned before the flip (%d):\n%s", w.code, w.out.String())
+			if w.Exited() {
+				b.Fatalf("wait returned before the flip (%d):\n%s", w.Code(), w.Out.String())
 			}
 			flip := time.Now()
 			if _, err := io.WriteString(fc, "state LIVE\n"); err != nil {
@@ -638,13 +503,13 @@ func BenchmarkReadiness(b *testing.B) {
 			if line, err := bufio.NewReader(fc).ReadString('\n'); err != nil || line != "ok\n" {
 				b.Fatalf("fake control: %q %v", line, err)
 			}
-			if code := w.exit(b, 10*time.Second); code != 0 {
-				b.Fatalf("wait exit %d:\n%s", code, w.out.String())
+			if code := w.Exit(10 * time.Second); code != 0 {
+				b.Fatalf("wait exit %d:\n%s", code, w.Out.String())
 			}
 			if tuned {
-				waitMs = append(waitMs, millis(w.ended.Sub(flip)))
+				waitMs = append(waitMs, millis(w.Ended().Sub(flip)))
 			} else {
-				waitUntunedMs = append(waitUntunedMs, millis(w.ended.Sub(flip)))
+				waitUntunedMs = append(waitUntunedMs, millis(w.Ended().Sub(flip)))
 			}
 			if polled != nil {
 				select {
@@ -656,7 +521,7 @@ func BenchmarkReadiness(b *testing.B) {
 			}
 			close(stop)
 			fc.Close()
-			sup.kill()
+			sup.Kill()
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -766,7 +631,7 @@ func benchOpenLoop(p *pod, addr, path string, rate int, d, warm time.Duration, c
 // (untuned).
 func BenchmarkHealthzReady(b *testing.B) {
 	useBenchBins(b)
-	p := newBenchPod(b)
+	p := newPod(b)
 	const rate, conns = 2000, 8
 	dur := 11 * time.Second
 	if os.Getenv("PS_BENCH_QUICK") != "" {
@@ -785,16 +650,16 @@ func BenchmarkHealthzReady(b *testing.B) {
 		for range b.N {
 			sup := benchSupervise(b, p, arm.env, p.dir, nil)
 			benchWaitReady(b, p.dir, sup)
-			benchWaitGet(b, p, "http://"+benchHealthAddr+"/healthz/ready", 200)
+			p.waitHTTP("http://"+benchHealthAddr+"/healthz/ready", 200, 10*time.Second)
 			d, s, e, err := benchOpenLoop(p, benchHealthAddr, "/healthz/ready", rate, dur, time.Second, conns)
 			if err != nil {
 				b.Fatal(err)
 			}
 			due, sent, errs = append(due, d...), append(sent, s...), errs+e
-			if sup.exited() {
-				b.Fatalf("supervisor exited %d:\n%s", sup.code, sup.out.String())
+			if sup.Exited() {
+				b.Fatalf("supervisor exited %d:\n%s", sup.Code(), sup.Out.String())
 			}
-			sup.kill()
+			sup.Kill()
 		}
 		const section = "/healthz/ready at 2000 req/s (open loop)"
 		dd := reportRow(b, section, "latency from the due time, "+arm.name, arm.key+"due", due)
@@ -815,7 +680,7 @@ func BenchmarkHealthzReady(b *testing.B) {
 func BenchmarkHealthzWrk(b *testing.B) {
 	useBenchBins(b)
 	benchNeedTool(b, "wrk")
-	p := newBenchPod(b)
+	p := newPod(b)
 	for range b.N {
 		for _, arm := range []struct {
 			name, key string
@@ -824,10 +689,10 @@ func BenchmarkHealthzWrk(b *testing.B) {
 			sup := benchSupervise(b, p, arm.env, p.dir, nil)
 			benchWaitReady(b, p.dir, sup)
 			w := bstart(b, p, "wrk", false, nil, "wrk", "-t2", "-c16", "-d5s", "--latency", "http://"+benchHealthAddr+"/healthz/ready")
-			if code := w.exit(b, 30*time.Second); code != 0 {
-				b.Fatalf("wrk exit %d:\n%s", code, w.out.String())
+			if code := w.Exit(30 * time.Second); code != 0 {
+				b.Fatalf("wrk exit %d:\n%s", code, w.Out.String())
 			}
-			out := w.out.String()
+			out := w.Out.String()
 			m := regexp.MustCompile(`Requests/sec:\s+([\d.]+)`).FindStringSubmatch(out)
 			if m == nil || strings.Contains(out, "Non-2xx") {
 				b.Fatalf("wrk:\n%s", out)
@@ -838,7 +703,7 @@ func BenchmarkHealthzWrk(b *testing.B) {
 			for _, line := range strings.Split(out, "\n") {
 				fmt.Printf("WRK\t%s\t%s\n", arm.name, line)
 			}
-			sup.kill()
+			sup.Kill()
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -857,7 +722,7 @@ func BenchmarkHealthzWrk(b *testing.B) {
 func BenchmarkCompletion(b *testing.B) {
 	useBenchBins(b)
 	benchNeedTool(b, "curl")
-	p := newBenchPod(b)
+	p := newPod(b)
 	n, nBase := benchSamples(300), benchSamples(100)
 	const workaround = `until curl -fsS http://127.0.0.1:15000/ready >/dev/null; do sleep 1; done; curl -fsS -X POST http://127.0.0.1:15000/quitquitquit >/dev/null`
 	var ours, oursUntuned, base []float64
@@ -877,32 +742,32 @@ func BenchmarkCompletion(b *testing.B) {
 			time.Sleep(rand.N(20 * time.Millisecond))
 			start := time.Now()
 			c := bstart(b, nil, "complete", false, env, bin.supervisor, "complete", "--control-dir", dir)
-			if code := sup.exit(b, 10*time.Second); code != 0 {
-				b.Fatalf("supervisor exit %d:\n%s", code, sup.out.String())
+			if code := sup.Exit(10 * time.Second); code != 0 {
+				b.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
 			}
 			if tuned {
-				ours = append(ours, millis(sup.ended.Sub(start)))
+				ours = append(ours, millis(sup.Ended().Sub(start)))
 			} else {
-				oursUntuned = append(oursUntuned, millis(sup.ended.Sub(start)))
+				oursUntuned = append(oursUntuned, millis(sup.Ended().Sub(start)))
 			}
-			if code := c.exit(b, 10*time.Second); code != 0 {
-				b.Fatalf("complete exit %d:\n%s", code, c.out.String())
+			if code := c.Exit(10 * time.Second); code != 0 {
+				b.Fatalf("complete exit %d:\n%s", code, c.Out.String())
 			}
-			if strings.Contains(sup.out.String(), "escalated") {
-				b.Fatalf("the stop escalated:\n%s", sup.out.String())
+			if strings.Contains(sup.Out.String(), "escalated") {
+				b.Fatalf("the stop escalated:\n%s", sup.Out.String())
 			}
 		}
 		for range nBase {
 			envoy := bstart(b, p, "fake-envoy", true, nil, bin.envoy)
-			benchWaitGet(b, p, "http://127.0.0.1:15000/ready", 200)
+			p.waitHTTP("http://127.0.0.1:15000/ready", 200, 10*time.Second)
 			time.Sleep(rand.N(20 * time.Millisecond))
 			start := time.Now()
 			sh := bstart(b, p, "workaround", false, nil, "sh", "-c", workaround)
-			if code := envoy.exit(b, 10*time.Second); code != 0 {
-				b.Fatalf("fake-envoy exit %d:\n%s", code, envoy.out.String())
+			if code := envoy.Exit(10 * time.Second); code != 0 {
+				b.Fatalf("fake-envoy exit %d:\n%s", code, envoy.Out.String())
 			}
-			base = append(base, millis(envoy.ended.Sub(start)))
-			sh.exit(b, 10*time.Second)
+			base = append(base, millis(envoy.Ended().Sub(start)))
+			sh.Exit(10 * time.Second)
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -924,7 +789,7 @@ func BenchmarkCompletion(b *testing.B) {
 func BenchmarkDrain(b *testing.B) {
 	useBenchBins(b)
 	benchNeedTool(b, "netstat")
-	p := newBenchPod(b)
+	p := newPod(b)
 	n, withBaseline := benchSamples(150), benchSamples(50)
 	const loop = `while [ $(netstat -plunt | grep tcp | grep -v envoy | grep -v proxy-sup | wc -l) -ne 0 ]; do sleep 1; done`
 	var ours, base []float64
@@ -936,32 +801,32 @@ func BenchmarkDrain(b *testing.B) {
 			}
 			sup := benchSupervise(b, p, nil, dir, []string{"--drain-min", "0s", "--drain-timeout", "20s"})
 			benchWaitReady(b, dir, sup)
-			ln := benchListen(b, p, "127.0.0.1:8080")
+			ln := p.listen("tcp", "127.0.0.1:8080")
 			hook := bstart(b, nil, "prestop", false, nil, bin.supervisor, "prestop", "--control-dir", dir)
-			sup.waitLog(b, `msg="drain started"`, 10*time.Second)
-			var sh *bproc
+			sup.WaitLog(`msg="drain started"`, 10*time.Second)
+			var sh *proctest.Proc
 			if i < withBaseline {
 				sh = bstart(b, p, "netstat loop", false, nil, "sh", "-c", loop)
 				time.Sleep(50*time.Millisecond + rand.N(time.Second))
 			} else {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if hook.exited() || (sh != nil && sh.exited()) {
-				b.Fatalf("returned before the port closed:\nprestop: %s\nsupervisor:\n%s", hook.out.String(), sup.out.String())
+			if hook.Exited() || (sh != nil && sh.Exited()) {
+				b.Fatalf("returned before the port closed:\nprestop: %s\nsupervisor:\n%s", hook.Out.String(), sup.Out.String())
 			}
 			closed := time.Now()
 			ln.Close()
-			if code := hook.exit(b, 10*time.Second); code != 0 {
-				b.Fatalf("prestop exit %d:\n%s\n%s", code, hook.out.String(), sup.out.String())
+			if code := hook.Exit(10 * time.Second); code != 0 {
+				b.Fatalf("prestop exit %d:\n%s\n%s", code, hook.Out.String(), sup.Out.String())
 			}
-			ours = append(ours, millis(hook.ended.Sub(closed)))
+			ours = append(ours, millis(hook.Ended().Sub(closed)))
 			if sh != nil {
-				if code := sh.exit(b, 10*time.Second); code != 0 {
-					b.Fatalf("netstat loop exit %d:\n%s", code, sh.out.String())
+				if code := sh.Exit(10 * time.Second); code != 0 {
+					b.Fatalf("netstat loop exit %d:\n%s", code, sh.Out.String())
 				}
-				base = append(base, millis(sh.ended.Sub(closed)))
+				base = append(base, millis(sh.Ended().Sub(closed)))
 			}
-			sup.kill()
+			sup.Kill()
 		}
 	}
 	b.ReportMetric(0, "ns/op")

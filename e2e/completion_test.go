@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // app runs `proxy-supervisor exec` in the pod, as an app container's
@@ -25,6 +26,7 @@ func (p *pod) app(name string, flags []string, script string) *proc {
 }
 
 func TestJobSucceeds(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "300ms")
 	app := p.app("app", nil, "echo working; exit 0")
@@ -46,6 +48,7 @@ func TestJobSucceeds(t *testing.T) {
 }
 
 func TestJobFailsUnderNever(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "exit 3")
@@ -60,15 +63,14 @@ func TestJobFailsUnderNever(t *testing.T) {
 // Under OnFailure the kubelet restarts the failed app in the same pod, and it
 // needs the proxy: only a success ends it.
 func TestJobFailsUnderOnFailure(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--on-peer-failure", "wait"})
 	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
 		t.Fatalf("first run exit %d", code)
 	}
 	sup.waitLog("keeping the proxy for its restart", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d after a failure under OnFailure", sup.code)
-	}
+	p.undecided(sup, "a failure under OnFailure")
 	p.waitHTTP(readyURL, 200, soon)
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatalf("second run exit %d", code)
@@ -79,14 +81,13 @@ func TestJobFailsUnderOnFailure(t *testing.T) {
 }
 
 func TestTwoPeers(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "job,uploader"})
 	if code := p.app("job", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatalf("job exit %d", code)
 	}
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d with one of two peers done", sup.code)
-	}
+	p.undecided(sup, "one of two peers done")
 	// An unknown name is refused, with the reason, and a non-zero exit.
 	code, out := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "intruder")
 	if code == 0 || !strings.Contains(out, "intruder") {
@@ -103,6 +104,7 @@ func TestTwoPeers(t *testing.T) {
 // The app finished before the proxy container (re)started: the supervisor
 // exits with the recorded code and never starts the proxy.
 func TestCompletionBeforeSupervisor(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	// The supervisor of an earlier run created peers/; none listens now.
 	earlier := p.supervise(nil)
@@ -126,9 +128,10 @@ func TestCompletionBeforeSupervisor(t *testing.T) {
 // The app finished before the proxy container ever started in this pod:
 // complete waits for the supervisor to create peers/, and the job ends.
 func TestCompletionBeforeFirstStart(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	c := p.start("complete", false, nil, bin.supervisor, "complete", "--control-dir", p.dir, "--exit-code", "6")
-	time.Sleep(300 * time.Millisecond)
+	c.waitLog("waiting for the supervisor to create", soon)
 	sup := p.supervise(nil, "--init-delay", "5s")
 	if code := c.exit(soon); code != 0 {
 		t.Fatalf("complete exit %d:\n%s", code, c.out.String())
@@ -141,6 +144,7 @@ func TestCompletionBeforeFirstStart(t *testing.T) {
 // SIGTERM to exec while it waits for the proxy ends the run with a record
 // (signaled), not with a lock released by death (lost).
 func TestExecSignaledWhileWaiting(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", nil, "echo must-not-run")
@@ -161,6 +165,7 @@ func TestExecSignaledWhileWaiting(t *testing.T) {
 // On pod deletion the preStop hook comes first, and the app's own SIGTERM
 // and the failure it reports must not decide how the proxy exits.
 func TestPodDeletionOfAJob(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -179,6 +184,7 @@ func TestPodDeletionOfAJob(t *testing.T) {
 }
 
 func TestCompletionWhileProxyStarting(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "30s")
 	sup.waitLog("proxy started", soon)
@@ -197,6 +203,7 @@ func TestCompletionWhileProxyStarting(t *testing.T) {
 // The kubelet kills the app and its exec together (memory.oom.group): no
 // final record is written, and the released lock counts as a failure.
 func TestAppKilledWithExecIsLost(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "sleep 100")
@@ -211,6 +218,7 @@ func TestAppKilledWithExecIsLost(t *testing.T) {
 }
 
 func TestExecNotReady(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", []string{"--timeout", "1s"}, "echo must-not-run")
@@ -231,6 +239,7 @@ func TestExecNotReady(t *testing.T) {
 // A final record left by an earlier run of the same container never ends a
 // later run: exec marks the record running first.
 func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "job,side"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -239,13 +248,19 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 		t.Fatal("complete failed")
 	}
 	// ...and job runs again (its container restarted) while side finishes.
-	app := p.app("job", nil, "sleep 1; exit 5")
+	// It fails only when the test says so, however long side takes.
+	proceed := filepath.Join(p.dir, "proceed")
+	app := p.app("job", nil, fmt.Sprintf("until [ -e %s ]; do sleep 0.01; done; exit 5", proceed))
 	waitRecord(t, p.dir, "job", `"running":true`)
 	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir, "--name", "side"); code != 0 {
 		t.Fatal("complete failed")
 	}
-	if sup.wait(300 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d on job's stale record", sup.code)
+	p.undecided(sup, "side's completion, with job's stale record")
+	if st := status(t, p.dir); !st.Peers["job"].Running {
+		t.Fatalf("job %+v, want running", st.Peers["job"])
+	}
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	app.exit(soon)
 	if code := sup.exit(soon); code != 5 {
@@ -254,6 +269,7 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 }
 
 func TestCurlOnTheSocket(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
@@ -283,6 +299,7 @@ func TestCurlOnTheSocket(t *testing.T) {
 }
 
 func TestThousandConcurrentCompletes(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "1001"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -305,23 +322,12 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw, err := c.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Peers    map[string]any
-		Awaiting int
-	}
-	json.Unmarshal(raw, &st)
-	if len(st.Peers) != 1000 || st.Awaiting != 1 {
+	if st := status(t, p.dir); len(st.Peers) != 1000 || st.Awaiting != 1 {
 		t.Fatalf("status: %d peers, awaiting %d; want 1000 and 1", len(st.Peers), st.Awaiting)
 	}
-	if sup.wait(200 * time.Millisecond) {
-		t.Fatal("supervisor exited with one peer missing")
-	}
+	p.undecided(sup, "1000 of 1001 peers")
+	ctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
 	if err := c.Complete(ctx, "last", 0, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -331,15 +337,14 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 }
 
 func TestNativeSidecarWaitsForSigterm(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--native-sidecar", "--drain-min", "30s"})
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatal("app failed")
 	}
 	sup.waitLog("native sidecar waits for SIGTERM", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("a native sidecar exited %d on completion", sup.code)
-	}
+	p.undecided(sup, "a native sidecar's peers completed")
 	start := time.Now()
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 0 {
@@ -351,18 +356,54 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	}
 }
 
-// waitRecord waits (bounded) until peers/<name> holds want.
-func waitRecord(t *testing.T, dir, name, want string) {
-	t.Helper()
-	deadline := time.Now().Add(soon)
-	for {
-		b, _ := os.ReadFile(filepath.Join(dir, "peers", name))
-		if strings.Contains(string(b), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record %s never held %q; last %q", name, want, b)
-		}
-		time.Sleep(10 * time.Millisecond)
+// undecided asserts that the supervisor runs on with no exit code decided.
+// It decides on a completion before it answers the poke, so once a peer's
+// exec or complete has returned, its status is the answer: there is no
+// window of time to watch.
+func (p *pod) undecided(sup *proc, after string) {
+	p.t.Helper()
+	if st := status(p.t, p.dir); st.ExitCode != nil {
+		p.t.Fatalf("after %s: exit code %d decided", after, *st.ExitCode)
 	}
+	if sup.wait(0) {
+		p.t.Fatalf("after %s: supervisor exited %d", after, sup.code)
+	}
+}
+
+// waitRecord waits (bounded) until peers/<name> holds want.
+func waitRecord(t testing.TB, dir, name, want string) {
+	t.Helper()
+	var b []byte
+	if !proctest.Until(soon, func() bool {
+		b, _ = os.ReadFile(filepath.Join(dir, "peers", name))
+		return strings.Contains(string(b), want)
+	}) {
+		t.Fatalf("record %s never held %q; last %q", name, want, b)
+	}
+}
+
+// supervisorStatus is the part of /v1/status the tests read.
+type supervisorStatus struct {
+	Peers map[string]struct {
+		Running  bool `json:"running"`
+		ExitCode *int `json:"exit_code"`
+	} `json:"peers"`
+	Awaiting int  `json:"awaiting"`
+	ExitCode *int `json:"exit_code"`
+}
+
+// status reads the supervisor's /v1/status from its control socket in dir.
+func status(t testing.TB, dir string) supervisorStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
+	raw, err := control.NewClient(dir).Status(ctx)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st supervisorStatus
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatalf("status %s: %v", raw, err)
+	}
+	return st
 }

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // prestop runs the preStop hook in the background.
@@ -30,12 +32,14 @@ func (p *pod) stillBlocked(sup, pr *proc, d time.Duration) {
 }
 
 func TestPrestopWaitsForAppPorts(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ name, network, addr string }{
 		{"ipv4", "tcp4", "127.0.0.1:8080"},
 		{"ipv6 only", "tcp6", "[::1]:8080"},
 		{"wildcard", "tcp", ":8080"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"})
 			p.waitHTTP(readyURL, 200, soon)
@@ -70,6 +74,7 @@ func TestPrestopWaitsForAppPorts(t *testing.T) {
 
 // An open connection through Envoy holds the drain until it closes.
 func TestOpenConnectionHoldsDrain(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
 		"--listener", "inbound=127.0.0.1:9000,inbound,tcp")
@@ -78,7 +83,13 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	defer conn.Close()
+	// Envoy has accepted it: its stats count it.
+	const active = "listener.127.0.0.1_9000.downstream_cx_active"
+	proctest.Eventually(t, soon, "the connection counted by Envoy", func() bool {
+		_, body := p.get("http://127.0.0.1:15000/stats?filter=" + active)
+		return strings.Contains(body, active+": 1\n")
+	})
 	hook := p.prestop()
 	// Envoy's own listener on 9000 is not the app's; only the connection
 	// holds the drain.
@@ -94,6 +105,7 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 }
 
 func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "1500ms"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -118,6 +130,7 @@ func TestDrainTimeout(t *testing.T) {
 // Ports that are not the app's do not hold the drain: Istio's, the health
 // port, Envoy's own listeners, and, with an allowlist, another sidecar's.
 func TestNotTheAppsPortsDoNotHoldDrain(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		flags  []string
@@ -127,6 +140,7 @@ func TestNotTheAppsPortsDoNotHoldDrain(t *testing.T) {
 		{"another sidecar outside --app-ports", []string{"--app-ports", "8080"}, []string{"127.0.0.1:9901"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise(append([]string{"--drain-min", "0s"}, tt.flags...),
 				"--listener", "outbound=127.0.0.1:9001,tcp")
@@ -149,6 +163,7 @@ func TestNotTheAppsPortsDoNotHoldDrain(t *testing.T) {
 
 // SIGTERM alone (no preStop hook) drains too, then stops.
 func TestSigtermDrainsFirst(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"})
 	p.waitHTTP(readyURL, 200, soon)
@@ -168,6 +183,7 @@ func TestSigtermDrainsFirst(t *testing.T) {
 
 // A peer completion during the drain ends its wait at once.
 func TestCompletionEndsDrain(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "30s"})
 	p.waitHTTP(readyURL, 200, soon)

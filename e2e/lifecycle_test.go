@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // Generous bounds: these assert behaviour, not speed (docs/benchmarks.md
@@ -14,6 +20,7 @@ const (
 )
 
 func TestSigtermAfterReadyExitsZero(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
 	p.waitHTTP(readyURL, 200, soon)
@@ -33,10 +40,15 @@ func TestSigtermAfterReadyExitsZero(t *testing.T) {
 }
 
 func TestSigtermBeforeReadyExits143(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	sup.waitLog("proxy started", soon)
-	time.Sleep(100 * time.Millisecond)
+	// Up and answering, and still not ready.
+	proctest.Eventually(t, soon, "readiness 503 naming INITIALIZING", func() bool {
+		code, body := p.get(readyURL)
+		return code == 503 && strings.Contains(body, "INITIALIZING")
+	})
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 143 {
 		t.Fatalf("exit %d, want 143", code)
@@ -44,6 +56,7 @@ func TestSigtermBeforeReadyExits143(t *testing.T) {
 }
 
 func TestSigquitKillsAtOnce(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--stop-timeout", "30s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
@@ -58,6 +71,7 @@ func TestSigquitKillsAtOnce(t *testing.T) {
 }
 
 func TestProxyExitCodePropagates(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		flags []string
@@ -69,6 +83,7 @@ func TestProxyExitCodePropagates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise(nil, tt.flags...)
 			if code := sup.exit(soon); code != tt.code {
@@ -80,6 +95,7 @@ func TestProxyExitCodePropagates(t *testing.T) {
 }
 
 func TestCommandNotFoundOrNotExecutable(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	notExec := p.dir + "/not-executable"
 	if err := writeFile(notExec, "#!/bin/sh\n", 0o644); err != nil {
@@ -97,6 +113,7 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 }
 
 func TestBadFlagsExit2(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	for _, args := range [][]string{
 		{"supervise", "--drain-min", "soon", "--", "true"},
@@ -121,6 +138,7 @@ func TestBadFlagsExit2(t *testing.T) {
 // A proxy that ignores SIGTERM and /quitquitquit is killed at --stop-timeout,
 // and a stop we asked for still exits 0.
 func TestHangingProxyIsKilled(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--stop-timeout", "1s", "--drain-min", "0s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
@@ -138,6 +156,7 @@ func TestHangingProxyIsKilled(t *testing.T) {
 }
 
 func TestSignalForwarding(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "1s")
 	sup.waitLog("proxy started", soon)
@@ -150,8 +169,8 @@ func TestSignalForwarding(t *testing.T) {
 	// Neither is forwarded: SIGUSR2 would kill Envoy, SIGHUP pilot-agent.
 	sup.signal(syscall.SIGUSR2)
 	sup.signal(syscall.SIGHUP)
+	sup.waitLog(`signal not forwarded" signal=SIGUSR2`, soon)
 	sup.waitLog(`signal not forwarded" signal=SIGHUP`, soon)
-	time.Sleep(200 * time.Millisecond)
 	p.waitHTTP(readyURL, 200, soon)
 	sup.signal(syscall.SIGTERM)
 	if code := sup.exit(soon); code != 0 {
@@ -161,15 +180,23 @@ func TestSignalForwarding(t *testing.T) {
 
 // A storm of signals that must not stop anything, then one that must.
 func TestSignalStorm(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"})
 	p.waitHTTP(readyURL, 200, soon)
+	storm := []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1}
 	for i := 0; i < 300; i++ {
-		for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1} {
+		for _, sig := range storm {
 			sup.cmd.Process.Signal(sig)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Signals of one kind coalesce: each kind the supervisor handles is
+	// counted at least once (SIGURG and SIGWINCH it leaves to Go, which
+	// ignores them).
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGUSR1} {
+		series := fmt.Sprintf(`proxy_supervisor_signals_total{signal="%s"}`, unix.SignalName(sig))
+		proctest.Eventually(t, soon, series+" counted", func() bool { v, _ := p.metric(series); return v >= 1 })
+	}
 	p.waitHTTP(readyURL, 200, soon)
 	for i := 0; i < 50; i++ {
 		sup.cmd.Process.Signal(syscall.SIGTERM)
@@ -182,23 +209,31 @@ func TestSignalStorm(t *testing.T) {
 // As PID 1 the supervisor reaps every orphan the proxy leaves, and the
 // proxy's own status is never lost among them.
 func TestReapsOrphansAsPID1(t *testing.T) {
+	t.Parallel()
+	// Each orphan is a start of the fake Envoy's binary, which under the
+	// race detector costs tens of milliseconds of CPU: fewer there, the
+	// full storm in the run against the binaries as shipped.
+	orphans := 500
+	if proctest.Race {
+		orphans = 100
+	}
 	p := newPod(t)
-	sup := p.supervise(nil, "--orphans", "500", "--orphan-life", "200ms", "--exit-after", "2s", "--exit-code", "7")
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise(nil, "--orphans", strconv.Itoa(orphans), "--orphan-life", "200ms", "--control", ctl)
 	p.waitHTTP(readyURL, 200, soon)
-	deadline := time.Now().Add(soon)
-	for {
-		if v, _ := p.metric("proxy_supervisor_zombies_reaped_total"); v >= 500 {
-			break
-		}
-		if time.Now().After(deadline) {
-			v, _ := p.metric("proxy_supervisor_zombies_reaped_total")
-			t.Fatalf("reaped %v orphans, want >= 500", v)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var reaped float64
+	if !proctest.Until(3*soon, func() bool {
+		reaped, _ = p.metric("proxy_supervisor_zombies_reaped_total")
+		return reaped >= float64(orphans)
+	}) {
+		t.Fatalf("reaped %v orphans, want >= %d", reaped, orphans)
 	}
-	if z := zombies(sup.cmd.Process.Pid); z != 0 {
-		t.Errorf("%d zombies under the supervisor", z)
+	if z := proctest.Zombies(sup.Pid()); len(z) != 0 {
+		t.Errorf("%d zombies under the supervisor: %v", len(z), z)
 	}
+	// The proxy exits only now that every orphan was reaped, however
+	// long that took.
+	fixture(t, ctl, "exit 7")
 	if code := sup.exit(soon); code != 7 {
 		t.Fatalf("exit %d, want the proxy's 7", code)
 	}

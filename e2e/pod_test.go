@@ -24,7 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 var bin struct {
@@ -36,41 +36,40 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped, needs root for namespaces")
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "e2e-bin-")
-	if err != nil {
-		panic(err)
-	}
-	bin.supervisor = filepath.Join(dir, "proxy-supervisor")
-	bin.envoy = filepath.Join(dir, "fake-envoy")
-	for out, pkg := range map[string]string{bin.supervisor: "../cmd/proxy-supervisor", bin.envoy: "../cmd/fake-envoy"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
-			os.Exit(1)
+	os.Exit(proctest.Main(m, func() error {
+		bins, err := proctest.Binaries(proctest.Supervisor, proctest.FakeEnvoy)
+		if err == nil {
+			bin.supervisor, bin.envoy = bins[0], bins[1]
 		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+		return err
+	}))
 }
 
-// pod is a network namespace and a shared volume.
+// pod is a network namespace and a shared volume. Each test has its own, so
+// the tests run in parallel: the ports the supervisor and the fake Envoy bind
+// are the pod's own, and the volume is the test's own temp dir.
 type pod struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string // the emptyDir
 	netns string // /proc/PID/ns/net of the pause process
 	pause *exec.Cmd
 }
 
-func newPod(t *testing.T) *pod {
+func newPod(t testing.TB) *pod {
 	t.Helper()
 	pause := exec.Command("sleep", "infinity")
 	pause.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	if err := pause.Start(); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	p := &pod{t: t, dir: t.TempDir(), pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
+	// The volume holds control.sock, whose path must fit in sun_path. It is
+	// a directory of the test's own, as a t.TempDir() is: a test may change
+	// the mode of its parent.
+	dir := filepath.Join(proctest.ShortDir(t), "vol")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &pod{t: t, dir: dir, pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
 	t.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
 	if b, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, b)
@@ -80,11 +79,12 @@ func newPod(t *testing.T) *pod {
 
 // proc is a process started in the pod, with its output kept for assertions.
 type proc struct {
-	t    *testing.T
+	*proctest.Proc
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
-	out  *syncbuf.Buffer
-	done chan struct{}
+	out  *proctest.Buffer
+	done chan struct{} // closed once the process ended and code is set
 	code int
 }
 
@@ -92,44 +92,23 @@ type proc struct {
 // of a new PID namespace, as a container's entrypoint is.
 func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proc {
 	p.t.Helper()
-	cmd := exec.Command("nsenter", append([]string{"--net=" + p.netns, "--"}, argv...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if newPID {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start %s: %v", name, err)
-	}
-	pr := &proc{t: p.t, name: name, cmd: cmd, out: out, done: make(chan struct{})}
+	started := proctest.StartWith(p.t, name, cmd, func() error { return p.inNetns(cmd.Start) })
+	pr := &proc{Proc: started, t: p.t, name: name, cmd: cmd, out: started.Out, done: make(chan struct{}), code: -1}
 	go func() {
-		cmd.Wait()
-		pr.code = exitCode(cmd.ProcessState)
+		<-started.Done()
+		pr.code = started.Code()
 		close(pr.done)
 	}()
-	p.t.Cleanup(func() {
-		select {
-		case <-pr.done:
-		default:
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-pr.done
-		}
-		if p.t.Failed() {
-			p.t.Logf("--- %s output:\n%s", name, out.String())
-		}
-	})
 	return pr
 }
 
-func exitCode(ps *os.ProcessState) int {
-	ws := ps.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
+// exitCode is the code a shell would report: 128+N for signal N.
+func exitCode(ps *os.ProcessState) int { return proctest.ExitCode(ps) }
 
 // supervise starts the supervisor as PID 1 with the fake Envoy as its proxy.
 func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
@@ -151,14 +130,13 @@ func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, 
 	return pr.code, pr.out.String()
 }
 
-// wait reports whether the process ended within d.
+// wait reports whether the process ended within d; code is set then.
 func (pr *proc) wait(d time.Duration) bool {
-	select {
-	case <-pr.done:
-		return true
-	case <-time.After(d):
+	if !pr.Wait(d) {
 		return false
 	}
+	<-pr.done // closed right after, once code is set
+	return true
 }
 
 // exit waits (bounded) for the process and returns its exit code.
@@ -172,27 +150,13 @@ func (pr *proc) exit(d time.Duration) int {
 
 func (pr *proc) signal(sig syscall.Signal) {
 	pr.t.Helper()
-	if err := pr.cmd.Process.Signal(sig); err != nil {
-		pr.t.Fatalf("signal %s: %v", pr.name, err)
-	}
+	pr.Signal(sig)
 }
 
 // waitLog waits (bounded) until the output holds s.
 func (pr *proc) waitLog(s string, d time.Duration) {
 	pr.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(pr.out.String(), s) {
-		if time.Now().After(deadline) {
-			pr.t.Fatalf("%s never logged %q within %v", pr.name, s, d)
-		}
-		select {
-		case <-pr.done:
-			if !strings.Contains(pr.out.String(), s) {
-				pr.t.Fatalf("%s exited (code %d) without logging %q", pr.name, pr.code, s)
-			}
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	pr.WaitLog(s, d)
 }
 
 // dial connects from inside the pod's network namespace.
@@ -282,17 +246,12 @@ func (p *pod) get(url string) (int, string) {
 // waitHTTP waits (bounded) until url answers want.
 func (p *pod) waitHTTP(url string, want int, d time.Duration) string {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		code, body := p.get(url)
-		if code == want {
-			return body
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: got %d %q, want %d within %v", url, code, body, want, d)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var code int
+	var body string
+	if !proctest.Until(d, func() bool { code, body = p.get(url); return code == want }) {
+		p.t.Fatalf("%s: got %d %q, want %d within %v", url, code, body, want, d)
 	}
+	return body
 }
 
 const (
@@ -312,24 +271,6 @@ func (p *pod) metric(series string) (float64, bool) {
 	return 0, false
 }
 
-// zombies counts unreaped children of pid.
-func zombies(pid int) int {
-	n := 0
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			n++
-		}
-	}
-	return n
-}
-
 func writeFile(path, content string, mode os.FileMode) error {
 	if err := os.WriteFile(path, []byte(content), mode); err != nil {
 		return err
@@ -338,7 +279,7 @@ func writeFile(path, content string, mode os.FileMode) error {
 }
 
 // fixture sends one command to the fake Envoy's --control socket.
-func fixture(t *testing.T, sock, cmd string) {
+func fixture(t testing.TB, sock, cmd string) {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
 	if err != nil {

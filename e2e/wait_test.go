@@ -2,18 +2,61 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // wait returns as soon as the proxy is ready, even when it starts before the
 // supervisor has created its socket.
 func TestWaitReturnsWhenReady(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
+	// A socket that hangs up stands in for the supervisor until wait has
+	// tried it: wait must retry, not fail. Then it goes, with any directory
+	// made for it, as if nothing had been there.
+	path := control.NewClient(p.dir).Path()
+	_, err := os.Stat(filepath.Dir(path))
+	made := os.IsNotExist(err)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	early, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := p.start("wait", false, nil, bin.supervisor, "wait", "--control-dir", p.dir, "--timeout", "30s")
-	time.Sleep(300 * time.Millisecond) // no socket yet: wait must retry, not fail
+	tried := make(chan error, 1)
+	go func() {
+		c, err := early.Accept()
+		if err == nil {
+			c.Close()
+		}
+		tried <- err
+	}()
+	select {
+	case err := <-tried:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(soon):
+		t.Fatal("wait never tried the socket")
+	}
+	early.Close() // removes the socket: no supervisor at all now
+	if made {
+		if err := os.Remove(filepath.Dir(path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.wait(0) {
+		t.Fatalf("wait gave up at once (%d):\n%s", w.code, w.out.String())
+	}
 	sup := p.supervise(nil, "--init-delay", "1s")
 	sup.waitLog("proxy ready", soon)
 	ready := time.Now()
@@ -27,6 +70,7 @@ func TestWaitReturnsWhenReady(t *testing.T) {
 
 // A wait that gives up fails, with a one-line reason; it never proceeds.
 func TestWaitFailsAtTimeout(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	sup.waitLog("proxy started", soon)
@@ -45,6 +89,7 @@ func TestWaitFailsAtTimeout(t *testing.T) {
 
 // --url polls a readiness URL: the fallback for a proxy that is not ours.
 func TestWaitURL(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "500ms")
 	code, out := p.client(soon, nil, "wait", "--url", "http://127.0.0.1:15022/healthz/ready", "--timeout", "10s")
@@ -61,6 +106,7 @@ func TestWaitURL(t *testing.T) {
 
 // A dead Envoy is not ready: readiness goes 503 -> 200 -> 503.
 func TestReadinessFollowsEnvoy(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
 	ctl := p.dir + "/envoy.sock"
 	sup := p.supervise([]string{"--log-format", "json", "--drain-min", "0s"}, "--init-delay", "500ms", "--control", ctl)

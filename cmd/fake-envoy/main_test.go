@@ -11,154 +11,88 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
-// binary is the fake-envoy built once for all tests, into buildDir.
-var (
-	binary    string
-	buildDir  string
-	buildOnce sync.Once
-	buildErr  error
-)
+func TestMain(m *testing.M) { os.Exit(proctest.Main(m, nil)) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// build compiles the binary on first use. It stats the sources first: go test caches
-// a result by the files the test process touched, and the compiler runs in another
-// process.
+// build returns the fake-envoy binary, built once for all tests.
 func build(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		for _, pattern := range []string{"*.go", "../../internal/fakeenvoy/*.go", "../../go.mod"} {
-			files, _ := filepath.Glob(pattern)
-			for _, f := range files {
-				os.Stat(f)
-			}
-		}
-		if buildDir, buildErr = os.MkdirTemp("", "fake-envoy-test"); buildErr != nil {
-			return
-		}
-		binary = filepath.Join(buildDir, "fake-envoy")
-		cmd := exec.Command("go", "build", "-o", binary, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
+	return proctest.Build(t, proctest.FakeEnvoy)
 }
 
 // proc is a running fake-envoy.
 type proc struct {
+	*proctest.Proc
 	t      *testing.T
-	cmd    *exec.Cmd
 	dir    string
-	stderr syncbuf.Buffer
-	done   chan struct{}
-	state  *os.ProcessState
+	stderr *proctest.Buffer // all it writes: the fake writes nothing to stdout
 }
 
 // start runs the binary on free ports with an admin address file and a ready file.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, dir: t.TempDir(), done: make(chan struct{})}
+	p := &proc{t: t, dir: t.TempDir()}
 	args = append([]string{"--admin-addr", "127.0.0.1:0",
 		"--admin-address-path", filepath.Join(p.dir, "admin"),
 		"--ready-file", filepath.Join(p.dir, "ready")}, args...)
-	p.cmd = exec.Command(build(t), args...)
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("fake-envoy stderr:\n%s", p.stderr.String())
-		}
-	})
+	p.Proc = proctest.Start(t, "fake-envoy", exec.Command(build(t), args...))
+	p.stderr = p.Out
 	return p
 }
 
-func (p *proc) waitFile(name string) string {
+// waitFile waits until the file name holds what ok accepts.
+func (p *proc) waitFile(name string, ok func(string) bool) string {
 	p.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(p.dir, name))
-		if err == nil {
-			return string(b)
-		}
-		select {
-		case <-p.done:
-			p.t.Fatalf("exited (%v) before %s appeared", p.state, name)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s never appeared", name)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var b []byte
+	var err error
+	read := func() bool {
+		b, err = os.ReadFile(filepath.Join(p.dir, name))
+		return (err == nil && ok(string(b))) || p.Exited()
 	}
+	if !proctest.Until(5*time.Second, read) {
+		p.t.Fatalf("%s never appeared (last %q, %v)", name, b, err)
+	}
+	if err != nil || !ok(string(b)) {
+		p.t.Fatalf("exited (%v) before %s appeared", p.Status(), name)
+	}
+	return string(b)
 }
 
 // bound waits until the admin port is bound: signal set-up is over by then.
-func (p *proc) bound() string { return p.waitFile("admin") }
+// The address file is created empty and then written, so an empty one does
+// not count.
+func (p *proc) bound() string {
+	return p.waitFile("admin", func(addr string) bool { return addr != "" })
+}
 
 // live waits until the fake is LIVE and its handlers are installed.
 func (p *proc) live() string {
-	p.waitFile("ready")
+	p.waitFile("ready", func(string) bool { return true })
 	return p.bound()
 }
 
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("signal %v: %v", sig, err)
-	}
+	p.Signal(sig)
 }
 
 // exited waits for the process to end.
 func (p *proc) exited(within time.Duration) syscall.WaitStatus {
 	p.t.Helper()
-	select {
-	case <-p.done:
-		return p.state.Sys().(syscall.WaitStatus)
-	case <-time.After(within):
-		p.t.Fatalf("still running after %v", within)
-	}
-	panic("unreachable")
+	p.Exit(within)
+	return p.Status()
 }
 
 // alive reports that the process is still running after d.
-func (p *proc) alive(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
+func (p *proc) alive(d time.Duration) bool { return !p.Wait(d) }
 
 func get(admin, method, path string, timeout time.Duration) (int, string, error) {
 	req, _ := http.NewRequest(method, "http://"+admin+path, nil)
@@ -239,7 +173,7 @@ func TestHUPAndUSR1AfterInitAreHandled(t *testing.T) {
 	p.signal(unix.SIGHUP)
 	p.signal(unix.SIGUSR1)
 	if !p.alive(300 * time.Millisecond) {
-		t.Fatalf("died: %v", p.state)
+		t.Fatalf("died: %v", p.Status())
 	}
 	if code, body, err := get(admin, "GET", "/ready", 2*time.Second); err != nil || code != 200 || body != "LIVE\n" {
 		t.Fatalf("/ready %d %q %v", code, body, err)
@@ -299,7 +233,7 @@ func TestHangOnTermDiesOnlyToSIGKILL(t *testing.T) {
 		t.Fatalf("quitquitquit: %d %q %v", code, body, err)
 	}
 	if !p.alive(time.Second) {
-		t.Fatalf("exited: %v", p.state)
+		t.Fatalf("exited: %v", p.Status())
 	}
 	if !strings.Contains(p.stderr.String(), "caught ENVOY_SIGTERM") {
 		t.Error("SIGTERM not acknowledged")
@@ -316,7 +250,7 @@ func TestHangOnTermSurvivesTermBeforeInit(t *testing.T) {
 	p.bound()
 	p.signal(unix.SIGTERM)
 	if !p.alive(300 * time.Millisecond) {
-		t.Fatalf("exited: %v", p.state)
+		t.Fatalf("exited: %v", p.Status())
 	}
 }
 
@@ -458,12 +392,11 @@ func TestOrphansAreLeftToTheSubreaper(t *testing.T) {
 	const n = 3
 	p := start(t, "--orphans", strconv.Itoa(n), "--orphan-life", "10s")
 	p.live()
-	fake := p.cmd.Process.Pid
+	fake, binary := p.Pid(), build(t)
 	var orphans []int
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		orphans = orphans[:0]
-		underFake := 0
+	underFake := 0
+	handed := func() bool {
+		orphans, underFake = orphans[:0], 0
 		for _, pr := range processes(t) {
 			if pr.ppid == fake {
 				underFake++ // the intermediate child, if it is not reaped yet
@@ -479,15 +412,12 @@ func TestOrphansAreLeftToTheSubreaper(t *testing.T) {
 			}
 			// Otherwise its parent, the intermediate child, is still exiting.
 		}
-		if len(orphans) == n && underFake == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d orphans with the subreaper as parent, %d processes under the fake; want %d and 0", len(orphans), underFake, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(orphans) == n && underFake == 0
 	}
-	if !p.alive(0) {
+	if !proctest.Until(5*time.Second, handed) {
+		t.Fatalf("%d orphans with the subreaper as parent, %d processes under the fake; want %d and 0", len(orphans), underFake, n)
+	}
+	if p.Exited() {
 		t.Fatal("fake exited")
 	}
 	for _, pid := range orphans {

@@ -105,7 +105,11 @@ func designTables(t *testing.T) map[string]string {
 				if f.def != "" {
 					def = "`" + f.def + "`"
 				}
-				fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.name, f.env, def, cell(f.usage))
+				env := "—"
+				if f.env != "" {
+					env = "`" + f.env + "`"
+				}
+				fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", f.name, env, def, cell(f.usage))
 			}
 		}
 		blocks["command "+c.name] = b.String()
@@ -134,17 +138,21 @@ func parseHelp(text string) (help, bool) {
 	h := help{synopsis: syn, about: lines[2]}
 	for i := 3; i < len(lines); i++ {
 		name, ok := strings.CutPrefix(lines[i], "  --")
-		if !ok || i+2 >= len(lines) {
+		if !ok || i+1 >= len(lines) {
 			continue
 		}
 		name, _, _ = strings.Cut(name, " ")
-		env, ok := strings.CutPrefix(lines[i+2], "      env ")
-		if !ok {
-			continue
+		usage := strings.TrimSpace(lines[i+1])
+		i++
+		// A flag that the environment never sets (--check) has no env line.
+		env, def := "", ""
+		if i+1 < len(lines) {
+			if e, ok := strings.CutPrefix(lines[i+1], "      env "); ok {
+				env, def, _ = strings.Cut(e, ", default ")
+				i++
+			}
 		}
-		env, def, _ := strings.Cut(env, ", default ")
-		h.flags = append(h.flags, helpFlag{name, strings.TrimSpace(lines[i+1]), env, def})
-		i += 2
+		h.flags = append(h.flags, helpFlag{name, usage, env, def})
 	}
 	return h, true
 }

@@ -13,14 +13,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // backend is a Backend whose answers the test controls.
 type backend struct {
 	mu       sync.Mutex
+	waits    atomic.Int32 // calls of WaitReady so far
 	ready    chan struct{}
 	drained  chan struct{}
 	complete []string
@@ -31,6 +35,7 @@ func newBackend() *backend {
 }
 
 func (b *backend) WaitReady(ctx context.Context) (bool, string) {
+	b.waits.Add(1)
 	select {
 	case <-b.ready:
 		return true, ""
@@ -141,14 +146,23 @@ func TestReadyLongPoll(t *testing.T) {
 	if d := time.Since(start); d < 100*time.Millisecond {
 		t.Fatalf("answered after %v, before the wait ended", d)
 	}
-	go func() { time.Sleep(50 * time.Millisecond); close(b.ready) }()
+	type result struct {
+		ok  bool
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ok, _, err := c.Ready(ctx, 10*time.Second)
+		res <- result{ok, err}
+	}()
+	proctest.Eventually(t, 5*time.Second, "the second long poll waiting", func() bool { return b.waits.Load() == 2 })
 	start = time.Now()
-	ok, _, err = c.Ready(ctx, 10*time.Second)
-	if err != nil || !ok {
-		t.Fatalf("ready: %v %v", ok, err)
+	close(b.ready)
+	if r := <-res; r.err != nil || !r.ok {
+		t.Fatalf("ready: %v %v", r.ok, r.err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("long poll took %v; it must answer when ready", d)
+		t.Fatalf("long poll took %v after readiness; it must answer when ready", d)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
@@ -178,20 +179,15 @@ func TestActiveConnectionsFromRealConnections(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}
-	want := len(conns)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := a.ActiveConnections(context.Background(), nil)
-		if err != nil {
+	want, n := len(conns), 0
+	if !proctest.Until(5*time.Second, func() bool {
+		var err error
+		if n, err = a.ActiveConnections(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
-		if n == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("active %d, want %d", n, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n == want
+	}) {
+		t.Fatalf("active %d, want %d", n, want)
 	}
 	for _, c := range conns {
 		c.Close()

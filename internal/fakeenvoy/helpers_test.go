@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // start runs a fake on free ports and closes it when the test ends.
@@ -100,13 +100,7 @@ func stats(t *testing.T, e *Envoy, query string) map[string]uint64 {
 // eventually polls cond until it holds or the generous deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	proctest.Eventually(t, 5*time.Second, what, cond)
 }
 
 // httpConn is a raw keep-alive HTTP/1.1 client connection to a data listener.
@@ -165,6 +159,6 @@ func refused(addr string) bool {
 }
 
 // logBuffer collects what the fake logs.
-type logBuffer struct{ syncbuf.Buffer }
+type logBuffer struct{ proctest.Buffer }
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(NewLogHandler(l, slog.LevelDebug)) }

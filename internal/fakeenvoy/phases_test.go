@@ -50,11 +50,14 @@ func TestSetSilent(t *testing.T) {
 		t.Fatal("answered while silent")
 	}
 	done := make(chan answer, 1)
+	before := e.adminCx.total[0].value.Load()
 	go func() {
 		a, _ := tryCall(e, "GET", "/server_info", 5*time.Second)
 		done <- a
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The admin listener took the connection, and the silence holds its
+	// request.
+	eventually(t, "the request held", func() bool { return e.adminCx.total[0].value.Load() > before })
 	e.SetSilent(false)
 	if a := <-done; a.code != 200 {
 		t.Fatalf("held request after SetSilent(false): %d", a.code)

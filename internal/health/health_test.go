@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 func TestHealthServer(t *testing.T) {
@@ -58,6 +60,21 @@ func TestHealthServer(t *testing.T) {
 	}
 }
 
+// countConns counts the connections s accepts and closes; call it before
+// Serve.
+func countConns(s *Server) (accepted, closed *atomic.Int32) {
+	accepted, closed = new(atomic.Int32), new(atomic.Int32)
+	s.srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			closed.Add(1)
+		}
+	}
+	return accepted, closed
+}
+
 // Slow clients are cut off at the header timeout and cannot pin more than
 // maxConns goroutines and descriptors.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
@@ -65,6 +82,7 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	accepted, closed := countConns(s)
 	go s.Serve()
 	defer s.Close()
 	before := runtime.NumGoroutine()
@@ -82,12 +100,13 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 			c.Close()
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The server takes every slot, and no more.
+	proctest.Eventually(t, 5*time.Second, "every slot taken", func() bool { return accepted.Load() >= maxConns })
 	if g := runtime.NumGoroutine() - before; g > maxConns+10 {
 		t.Fatalf("%d goroutines for 300 slow clients; want at most ~%d", g, maxConns)
 	}
 	// After the header timeout they are gone and a real probe gets through.
-	time.Sleep(headerTimeout + time.Second)
+	proctest.Eventually(t, headerTimeout+10*time.Second, "the slow clients cut off", func() bool { return closed.Load() >= maxConns })
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + s.Addr().String() + "/healthz/ready")
 	if err != nil {

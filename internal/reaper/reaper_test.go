@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // The test binary doubles as the orphan factory: in this mode it starts n
@@ -146,45 +148,12 @@ func TestOrphanStorm(t *testing.T) {
 
 	// The factory is gone, so its orphans are ours. Wait (bounded) until every
 	// one of them has been reaped.
-	deadline := time.Now().Add(60 * time.Second)
-	for r.Orphans() < orphans && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if !proctest.Until(60*time.Second, func() bool { return r.Orphans() >= orphans }) {
+		t.Errorf("reaped %d orphans, want %d", r.Orphans(), orphans)
 	}
-	if got := r.Orphans(); got < orphans {
-		t.Errorf("reaped %d orphans, want %d", got, orphans)
-	}
-	if z := zombies(t); len(z) > 0 {
+	if z := proctest.Zombies(os.Getpid()); len(z) > 0 {
 		t.Errorf("%d zombies left: %v", len(z), z)
 	}
-}
-
-// zombies lists this process's children that have exited but not been reaped.
-func zombies(t *testing.T) []int {
-	t.Helper()
-	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	me := os.Getpid()
-	var out []int
-	for _, p := range dirs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid ...; comm may hold spaces, so split after ')'.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] != "Z" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == me {
-			pid, _ := strconv.Atoi(strings.Fields(s)[0])
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 func TestStartError(t *testing.T) {

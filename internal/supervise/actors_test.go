@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,7 +61,7 @@ func TestActorFailureStopsTheProxy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.actor, func(t *testing.T) {
 			h := startSupervisor(t, func(h *harness, c *Config) {
-				h.healthPort = freePort(t)
+				h.healthPort = proctest.FreePort(t)
 				c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", h.healthPort)
 			})
 			h.waitReady()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 func TestDrain(t *testing.T) {
@@ -76,11 +77,11 @@ func TestDrain(t *testing.T) {
 			var envoyPort, healthPort uint16
 			var args []string
 			if tt.envoyConn {
-				envoyPort = freePort(t)
+				envoyPort = proctest.FreePort(t)
 				args = append(args, "--listener", fmt.Sprintf("in=127.0.0.1:%d,inbound,tcp", envoyPort))
 			}
 			h := startSupervisor(t, func(h *harness, c *Config) {
-				healthPort = freePort(t)
+				healthPort = proctest.FreePort(t)
 				c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
 				c.Owner.HealthPort = healthPort
 				if tt.mod != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proxy"
 )
 
@@ -202,7 +203,7 @@ func TestProxyExitsByItself(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
-	noExec := filepath.Join(shortDir(t), "proxy")
+	noExec := filepath.Join(proctest.ShortDir(t), "proxy")
 	if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +441,7 @@ func TestRunningRecordThenFinish(t *testing.T) {
 // FailOnEnvoyDeath an unasked 0 is 1: TestProxyExitsByItself.)
 func TestEnvoyDeathUnderTheChild(t *testing.T) {
 	h := setup(t, func(h *harness, c *Config) {
-		ready := filepath.Join(shortDir(t), "ready")
+		ready := filepath.Join(proctest.ShortDir(t), "ready")
 		// The tracker polls a ready Envoy every 100 ms here, so the agent
 		// outlives its Envoy by more than that.
 		script := fmt.Sprintf(`"$0" --admin-addr 127.0.0.1:%d --ready-file %s >/dev/null 2>&1 &
@@ -493,7 +494,7 @@ func TestPostedCompletionCountsWhenNotKept(t *testing.T) {
 				if err := d.Create(); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.Symlink(shortDir(t), filepath.Join(d.Path(), ".posted")); err != nil {
+				if err := os.Symlink(proctest.ShortDir(t), filepath.Join(d.Path(), ".posted")); err != nil {
 					t.Fatal(err)
 				}
 			}

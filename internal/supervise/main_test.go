@@ -9,15 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/syncbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
@@ -39,22 +37,13 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(helper(mode))
 	}
-	dir, err := os.MkdirTemp("", "supervise-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	envoyBin = filepath.Join(dir, "fake-envoy")
-	cmd := exec.Command("go", "build", "-o", envoyBin, "../../cmd/fake-envoy")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build fake-envoy: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(proctest.Main(m, func() error {
+		bins, err := proctest.Binaries(proctest.FakeEnvoy)
+		if err == nil {
+			envoyBin = bins[0]
+		}
+		return err
+	}))
 }
 
 // helper is a peer's exec in another process: "hold DIR NAME" marks NAME
@@ -76,47 +65,6 @@ func helper(mode string) int {
 	return 0
 }
 
-// ports hands out free TCP ports on 127.0.0.1, each at most once per run.
-var ports struct {
-	mu   sync.Mutex
-	used map[uint16]bool
-}
-
-func freePort(t *testing.T) uint16 {
-	t.Helper()
-	ports.mu.Lock()
-	defer ports.mu.Unlock()
-	if ports.used == nil {
-		ports.used = make(map[uint16]bool)
-	}
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := uint16(ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-		if !ports.used[p] {
-			ports.used[p] = true
-			return p
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-// shortDir is a temp dir with a short path: the control socket's path must
-// fit in sun_path, which a subtest's t.TempDir() may not.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "sv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
 // harness is one Supervisor of the fake Envoy, run in this process.
 type harness struct {
 	t          *testing.T
@@ -127,7 +75,7 @@ type harness struct {
 	healthPort uint16 // 0 unless a test serves health
 	appPort    uint16 // the only port that counts as the app's
 	client     *control.Client
-	logs       *syncbuf.Buffer
+	logs       *proctest.Buffer
 	envoyLog   string // the fake Envoy's stdout and stderr
 
 	started time.Time
@@ -141,8 +89,8 @@ type harness struct {
 // without running it; mod adjusts the config.
 func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: shortDir(t), adminPort: freePort(t), appPort: freePort(t), logs: &syncbuf.Buffer{}}
-	h.envoyLog = filepath.Join(shortDir(t), "envoy.log")
+	h := &harness{t: t, dir: proctest.ShortDir(t), adminPort: proctest.FreePort(t), appPort: proctest.FreePort(t), logs: &proctest.Buffer{}}
+	h.envoyLog = filepath.Join(proctest.ShortDir(t), "envoy.log")
 	h.client = control.NewClient(h.dir)
 	admin, err := envoy.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
 	if err != nil {
@@ -331,13 +279,7 @@ func (h *harness) envoyOutput() string {
 
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	proctest.Eventually(h.t, 5*time.Second, what, cond)
 }
 
 // logged reports whether the supervisor logged a message that starts with

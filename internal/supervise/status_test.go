@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // The state moves starting -> ready -> draining -> exited, and GET
@@ -16,7 +17,7 @@ func TestStatusThroughTheLifecycle(t *testing.T) {
 	var healthPort uint16
 	h := startSupervisor(t, func(h *harness, c *Config) {
 		c.Policy = peers.Policy{Names: []string{"job", "uploader"}}
-		healthPort = freePort(t)
+		healthPort = proctest.FreePort(t)
 		c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
 		c.Owner.HealthPort = healthPort
 	}, "--init-delay", initDelay.String())

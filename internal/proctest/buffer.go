@@ -1,14 +1,13 @@
-// Package syncbuf holds Buffer, a bytes.Buffer that several goroutines may
-// write and read at once: the output of a child process that a test reads
-// while the process still writes.
-package syncbuf
+package proctest
 
 import (
 	"bytes"
 	"sync"
 )
 
-// Buffer is safe for concurrent use. The zero value is empty and ready.
+// Buffer is a bytes.Buffer that several goroutines may write and read at
+// once: the output of a child process that a test reads while the process
+// still writes. The zero value is empty and ready.
 type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
