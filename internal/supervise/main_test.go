@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 		os.Exit(helper(mode))
 	}
 	os.Exit(proctest.Main(m, func() error {
+		// Under -race the fake Envoy is race-built too, and such a binary
+		// sleeps a second at exit unless told not to; the proxies these
+		// tests start inherit this process's environment.
+		if err := os.Setenv("GORACE", "atexit_sleep_ms=0"); err != nil {
+			return err
+		}
 		bins, err := proctest.Binaries(proctest.FakeEnvoy)
 		if err == nil {
 			envoyBin = bins[0]
