@@ -336,7 +336,7 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatal("app failed")
 	}
-	sup.waitLog("native sidecar waits for SIGTERM", soon)
+	sup.waitLog("the proxy stays until SIGTERM", soon)
 	if sup.wait(500 * time.Millisecond) {
 		t.Fatalf("a native sidecar exited %d on completion", sup.code)
 	}
