@@ -12,45 +12,52 @@ import (
 // policy, the deletion race, what prestop exits with, and the drain's bound
 // from the grace period.
 
-// Under Always (a Deployment) an exec-wrapped app that crashes leaves the
-// proxy running and ready for the kubelet's restart of the app; the pod's
-// deletion then ends it with 0.
-func TestAlwaysKeepsTheProxyWhenTheAppCrashes(t *testing.T) {
-	p := newPod(t)
-	sup := p.supervise([]string{"--restart-policy", "Always"})
-	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
-		t.Fatalf("app exit %d, want 3", code)
-	}
-	sup.waitLog("keeping the proxy for its restart (--restart-policy Always)", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d after the app crashed under Always", sup.code)
-	}
-	p.waitHTTP(readyURL, 200, soon)
-	// The kubelet restarts the app; it runs through the same proxy.
-	app := p.app("app", nil, "echo restarted; exec sleep 60")
-	app.waitLog("restarted", soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d on the pod's deletion, want 0", code)
+// Under Always (a Deployment) an exec-wrapped app that exits, crashing or
+// not, leaves the proxy running and ready for the kubelet's restart of the
+// app; the pod's deletion then ends it with 0.
+func TestAlwaysKeepsTheProxyWhenTheAppExits(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		env   []string
+		flags []string
+		code  int
+	}{
+		{"crash, flag", nil, []string{"--restart-policy", "Always"}, 3},
+		{"success, variable", []string{"PROXY_SUPERVISOR_RESTART_POLICY=Always"}, nil, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPod(t)
+			argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, tt.flags...)
+			sup := p.start("supervisor", true, tt.env, append(argv, "--", bin.envoy)...)
+			if code := p.app("app", nil, fmt.Sprintf("exit %d", tt.code)).exit(soon); code != tt.code {
+				t.Fatalf("app exit %d, want %d", code, tt.code)
+			}
+			sup.stays("keeping the proxy for its restart (--restart-policy Always)")
+			p.waitHTTP(readyURL, 200, soon)
+			// The kubelet restarts the app; it runs through the same proxy.
+			p.app("app", nil, "echo restarted; exec sleep 60").waitLog("restarted", soon)
+			sup.deleted()
+		})
 	}
 }
 
-// The same crash under Always from the variable, and a success too: no exit
-// of the app stops the proxy.
-func TestAlwaysFromEnvIgnoresSuccess(t *testing.T) {
-	p := newPod(t)
-	sup := p.start("supervisor", true, []string{"PROXY_SUPERVISOR_RESTART_POLICY=Always"},
-		bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022", "--", bin.envoy)
-	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
-		t.Fatalf("app exit %d", code)
+// stays waits for the supervisor to log why it keeps the proxy, and checks
+// that it does.
+func (pr *proc) stays(why string) {
+	pr.t.Helper()
+	pr.waitLog(why, soon)
+	if pr.wait(500 * time.Millisecond) {
+		pr.t.Fatalf("%s exited %d after logging %q", pr.name, pr.code, why)
 	}
-	sup.waitLog("keeping the proxy for its restart", soon)
-	if sup.wait(500 * time.Millisecond) {
-		t.Fatalf("supervisor exited %d after the app succeeded under Always", sup.code)
-	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d, want 0", code)
+}
+
+// deleted is the pod's deletion as the proxy container sees it after its
+// preStop hook: SIGTERM, after which the supervisor must exit 0.
+func (pr *proc) deleted() {
+	pr.t.Helper()
+	pr.signal(syscall.SIGTERM)
+	if code := pr.exit(soon); code != 0 {
+		pr.t.Fatalf("%s exit %d on the pod's deletion, want 0", pr.name, code)
 	}
 }
 
@@ -62,7 +69,7 @@ func TestRestartPolicyFlags(t *testing.T) {
 	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
 		t.Fatalf("first run exit %d", code)
 	}
-	sup.waitLog("keeping the proxy for its restart (--restart-policy OnFailure)", soon)
+	sup.stays("keeping the proxy for its restart (--restart-policy OnFailure)")
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatalf("second run exit %d", code)
 	}
@@ -98,12 +105,13 @@ func TestDeletionRaceExitsZero(t *testing.T) {
 			if code := app.exit(soon); code != 143 {
 				t.Fatalf("app exit %d, want 143", code)
 			}
-			if !sup.wait(0) {
-				sup.signal(syscall.SIGTERM) // after the hook, as the kubelet does
+			if sup.wait(0) {
+				if sup.code != 0 {
+					t.Fatalf("supervisor exit %d on the pod's deletion, want 0", sup.code)
+				}
+				return
 			}
-			if code := sup.exit(soon); code != 0 {
-				t.Fatalf("supervisor exit %d on the pod's deletion, want 0", code)
-			}
+			sup.deleted() // SIGTERM after the hook, as the kubelet sends it
 		})
 	}
 }
@@ -183,10 +191,7 @@ func TestGracePeriodBoundsTheDrain(t *testing.T) {
 	if d := time.Since(start); d < 1500*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("prestop returned after %v; want the derived 2 s bound", d)
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	sup.deleted()
 }
 
 // A 120 s grace period drains up to 110 s; one too short for any drain is
@@ -195,8 +200,8 @@ func TestGracePeriodDerivation(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--grace-period", "120s"})
 	sup.waitLog("drain_timeout=1m50s", soon)
-	sup.signal(syscall.SIGTERM)
-	sup.exit(soon)
+	p.waitHTTP(readyURL, 200, soon)
+	sup.deleted()
 
 	short := newPod(t).supervise([]string{"--grace-period", "10s"})
 	if code := short.exit(soon); code != 2 || !strings.Contains(short.out.String(), "--grace-period") {

@@ -41,9 +41,9 @@ func (p Phase) String() string {
 	return phaseNames[p]
 }
 
-// next lists the legal moves. A preStop can come before the proxy was ever
-// ready (the drain then starts from Starting), and the proxy can exit in any
-// phase.
+// next lists the legal moves. A drain starts only once the tracker has seen
+// the proxy ready, but that is an instant before the move to Ready, so a
+// drain may start from Starting; the proxy can exit in any phase.
 var next = map[Phase][]Phase{
 	Starting: {Ready, Draining, Stopping, Exited},
 	Ready:    {Draining, Stopping, Exited},
