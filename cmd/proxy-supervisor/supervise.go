@@ -44,7 +44,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does")
 	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
 	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed")
-	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain")
+	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
 	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
 	gracePeriod := f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit")
