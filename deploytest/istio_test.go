@@ -183,7 +183,7 @@ func TestIstioInjection(t *testing.T) {
 			}
 
 			// Istio's args stay; our command ends with pilot-agent.
-			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--on-peer-failure=exit", "--grace-period=30s", "--proxy-uid=1337"}
+			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337"}
 			if tt.native {
 				want = append(want, "--native-sidecar")
 			}
@@ -362,7 +362,7 @@ func TestIstioInjectionPolicy(t *testing.T) {
 	}
 	spec := mustInject(t, in, raw)
 	cmd := find(spec.Containers, "istio-proxy").Command
-	for _, flag := range []string{"--peers=job,uploader", "--on-peer-failure=wait", "--grace-period=45s"} {
+	for _, flag := range []string{"--peers=job,uploader", "--restart-policy=OnFailure", "--grace-period=45s"} {
 		if !slices.Contains(cmd, flag) {
 			t.Errorf("command %q lacks %s", cmd, flag)
 		}

@@ -314,9 +314,9 @@ func cmp(v, def string) string {
 func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]bool) {
 	t.Helper()
 	// The restart policy, which the downward API cannot give.
-	wantPolicy := map[corev1.RestartPolicy]string{corev1.RestartPolicyNever: "exit", corev1.RestartPolicyOnFailure: "wait", corev1.RestartPolicyAlways: "wait", "": "wait"}[spec.RestartPolicy]
-	if got := p.flag("on-peer-failure", "exit"); got != wantPolicy {
-		t.Errorf("restartPolicy %q with --on-peer-failure=%s, want %s", spec.RestartPolicy, got, wantPolicy)
+	wantPolicy := cmp(string(spec.RestartPolicy), string(corev1.RestartPolicyAlways))
+	if got := p.flag("restart-policy", "Never"); got != wantPolicy {
+		t.Errorf("restartPolicy %q with --restart-policy=%s, want %s", spec.RestartPolicy, got, wantPolicy)
 	}
 	// The peers: the names the apps report with.
 	if spec := p.flag("peers", "1"); len(peers) > 0 {
@@ -339,7 +339,10 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	if got := p.duration(t, "grace-period", 0); got != grace {
 		t.Errorf("--grace-period=%v, the pod's is %v", got, grace)
 	}
-	if need := p.duration(t, "drain-timeout", 20*time.Second) + p.duration(t, "stop-timeout", 5*time.Second) + graceMargin; need > grace {
+	// Without --drain-timeout, supervise derives the drain's bound from the
+	// grace period.
+	stop := p.duration(t, "stop-timeout", 5*time.Second)
+	if need := p.duration(t, "drain-timeout", grace-stop-graceMargin) + stop + graceMargin; need > grace {
 		t.Errorf("drain-timeout + stop-timeout + %v = %v does not fit the grace period %v", graceMargin, need, grace)
 	}
 	// Native sidecars say so; classic ones start first and hold the app.

@@ -343,7 +343,7 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
 		t.Fatal("app failed")
 	}
-	sup.waitLog("native sidecar waits for SIGTERM", soon)
+	sup.waitLog("the proxy stays until SIGTERM", soon)
 	p.undecided(sup, "a native sidecar's peers completed")
 	start := time.Now()
 	sup.signal(syscall.SIGTERM)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
 )
 
 // retryEvery is how often a client tries again while no supervisor listens
@@ -145,8 +147,9 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 
 func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("prestop", "prestop [--timeout D] [--control-dir DIR]",
-		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it.")
-	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most")
+		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it. "+
+			"Exits 0 whenever the pod may go on terminating (drained, the drain's bound reached, the proxy never ready or already gone) and says which on stdout; 1 only when the supervisor refused the request or its socket is not trusted.")
+	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most; the drain goes on after it")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
 	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
@@ -162,15 +165,45 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+time.Second)
 	defer cancel()
 	drained, why, err := control.NewClient(*dir, *trust...).Drain(ctx, *timeout)
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "proxy-supervisor: prestop: %v\n", err)
-		return 1
-	case !drained:
-		fmt.Fprintf(stderr, "proxy-supervisor: prestop: drain did not complete: %s\n", why)
-		return 1
+	msg, code := prestopOutcome(drained, why, err, *timeout)
+	w := stdout
+	if code != 0 {
+		w = stderr
 	}
-	return 0
+	fmt.Fprintf(w, "proxy-supervisor: prestop: %s\n", msg)
+	return code
+}
+
+// prestopOutcome is what the preStop hook says and exits with. A hook that
+// fails makes the kubelet record FailedPreStopHook, and changes nothing
+// else: it goes on with the termination either way. So every end that lets
+// the pod terminate as designed is 0, and only a refusal, a sign of a
+// misconfigured pod, is 1.
+func prestopOutcome(drained bool, why string, err error, timeout time.Duration) (string, int) {
+	var untrusted *control.UntrustedError
+	switch {
+	case control.Refused(err) || errors.As(err, &untrusted):
+		return err.Error(), 1
+	case control.Unavailable(err):
+		return "no supervisor is listening: the proxy is gone or never started", 0
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("no answer within --timeout %v; the supervisor's drain goes on", timeout), 0
+	case err != nil:
+		return fmt.Sprintf("the supervisor is gone: %v", err), 0
+	case why == supervise.NeverReady:
+		return "the proxy was never ready: nothing to drain", 0
+	case why == supervise.AlreadyStopping:
+		return "the proxy is already stopping", 0
+	case why == string(drain.PeersCompleted):
+		return "every peer has completed: nothing to drain", 0
+	case why == string(drain.TimedOut):
+		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
+	case why == supervise.StillDraining:
+		return fmt.Sprintf("still draining after --timeout %v; the supervisor's drain goes on", timeout), 0
+	case drained:
+		return "drained", 0
+	}
+	return fmt.Sprintf("drain ended: %s", why), 0
 }
 
 func runStatus(args []string, env func(string) string, stdout, stderr io.Writer) int {

@@ -37,15 +37,17 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
 	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
-	onFailure := &choice{"exit", []string{"exit", "wait"}}
-	f.fs.Var(onFailure, "on-peer-failure", "exit: a failed peer stops the proxy (restartPolicy Never); wait: only success ends it (OnFailure)")
+	restart := &choice{string(peers.Never), restartNames()}
+	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
+	onFailure := &choice{"", []string{"exit", "wait"}}
+	f.fs.Var(onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
 	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does")
 	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
 	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed")
-	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain")
+	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
 	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
-	gracePeriod := f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds, to warn at start when the drain and stop bounds do not fit it")
+	gracePeriod := f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit")
 	var appPorts portList
 	f.fs.Var(&appPorts, "app-ports", "allowlist of the app's ports; when set, only these count as the app's (use it when other sidecars listen too)")
 	proxyUID := optionalUID(-1)
@@ -80,17 +82,36 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if err != nil {
 		return fail(err)
 	}
+	policy, err := restartPolicy(restart.val, f.given("restart-policy", env), onFailure.val)
+	if err != nil {
+		return fail(err)
+	}
 	istio, err := istioDrain(env)
 	if err != nil {
 		return fail(err)
+	}
+	if *gracePeriod < 0 {
+		return fail(usagef("--grace-period: must not be negative"))
+	}
+	// The grace period bounds the drain unless --drain-timeout is given
+	// (docs/design.md, "Bounds").
+	derived := *gracePeriod > 0 && !f.given("drain-timeout", env)
+	if derived {
+		if *drainTimeout, err = drainFromGrace(*gracePeriod, *stopTimeout); err != nil {
+			return fail(err)
+		}
+		if *drainMin > *drainTimeout && !f.given("drain-min", env) {
+			*drainMin = *drainTimeout
+		}
 	}
 	// Istio's knobs apply only where ours were not given: a flag or its
 	// variable always wins (docs/design.md, "Istio's knobs").
 	if istio.min > 0 && !f.given("drain-min", env) {
 		*drainMin = istio.min
 		// A floor above the default ceiling would be cut short; Istio's
-		// user asked for at least that long.
-		if *drainMin > *drainTimeout && !f.given("drain-timeout", env) {
+		// user asked for at least that long. A grace period is a ceiling
+		// that the kubelet enforces, so it wins.
+		if *drainMin > *drainTimeout && !f.given("drain-timeout", env) && !derived {
 			*drainTimeout = *drainMin
 		}
 	}
@@ -105,9 +126,6 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *drainMin < 0 {
 		return fail(usagef("--drain-min: must not be negative"))
 	}
-	if *gracePeriod < 0 {
-		return fail(usagef("--grace-period: must not be negative"))
-	}
 	if f.checkOnly() {
 		return 0
 	}
@@ -121,6 +139,12 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		h = slog.NewJSONHandler(logw, nil)
 	}
 	log := slog.New(h)
+	if onFailure.val != "" {
+		log.Warn("--on-peer-failure is deprecated; use --restart-policy", "on_peer_failure", onFailure.val, "restart_policy", string(policy))
+	}
+	if derived {
+		log.Info("drain bound derived from the grace period", "grace_period", *gracePeriod, "stop_timeout", *stopTimeout, "margin", graceMargin, "drain_timeout", *drainTimeout)
+	}
 	if istio.min > 0 {
 		log.Info("Istio drain settings mapped", "from", istio.source, "drain_min", *drainMin, "drain_timeout", *drainTimeout)
 	}
@@ -141,10 +165,10 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		ControlDir:  *controlDir,
 		AllowedUIDs: allowed,
 		Policy: peers.Policy{
-			Count:  count,
-			Names:  names,
-			Wait:   onFailure.val == "wait",
-			Native: *native,
+			Count:   count,
+			Names:   names,
+			Restart: policy,
+			Native:  *native,
 		},
 		QuitGrace:            *quitGrace,
 		StopTimeout:          *stopTimeout,
@@ -166,4 +190,45 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	}
 	log.Info("supervisor exiting", "exit_code", code)
 	return code
+}
+
+func restartNames() []string {
+	names := make([]string, len(peers.Restarts))
+	for i, r := range peers.Restarts {
+		names[i] = string(r)
+	}
+	return names
+}
+
+// restartPolicy resolves --restart-policy and its deprecated alias
+// --on-peer-failure (exit is Never, wait is OnFailure). Either alone
+// decides; both must agree.
+func restartPolicy(restart string, restartGiven bool, onFailure string) (peers.Restart, error) {
+	alias := map[string]peers.Restart{"exit": peers.Never, "wait": peers.OnFailure}[onFailure]
+	switch {
+	case onFailure == "":
+		return peers.Restart(restart), nil
+	case !restartGiven:
+		return alias, nil
+	case alias != peers.Restart(restart):
+		return "", usagef("--on-peer-failure=%s means --restart-policy %s, which disagrees with --restart-policy %s; drop the deprecated --on-peer-failure", onFailure, alias, restart)
+	}
+	return alias, nil
+}
+
+// minDrain is the shortest drain a grace period may leave: less would end
+// every drain before Envoy's listeners have been asked to drain.
+const minDrain = time.Second
+
+// drainFromGrace is the drain's bound that the pod's grace period leaves
+// after the stop and the margin. A grace period that leaves less than
+// minDrain is refused: the kubelet would SIGKILL a proxy that drained at
+// all, and a silent clamp would hide that.
+func drainFromGrace(grace, stop time.Duration) (time.Duration, error) {
+	d := grace - stop - graceMargin
+	if d < minDrain {
+		return 0, usagef("--grace-period: %v leaves %v to drain after --stop-timeout %v and the %v margin, less than %v; "+
+			"give a longer grace period, a shorter --stop-timeout, or --drain-timeout explicitly", grace, max(d, 0), stop, graceMargin, minDrain)
+	}
+	return d, nil
 }

@@ -73,7 +73,7 @@ type Book struct {
 	memory    map[string]peers.Record // POSTed completions of this run
 	reporters map[string]uint32       // who POSTed each of them
 	skipped   map[string]bool         // unreadable records already logged
-	settled   chan struct{}           // closed when the verdict first settles
+	settled   chan struct{}           // closed while the verdict is settled
 	settledAt time.Time
 }
 
@@ -119,8 +119,17 @@ func (b *Book) Close() {
 }
 
 // Settled is closed once the records settle the policy: every expected peer
-// succeeded, or a failure ended it.
-func (b *Book) Settled() <-chan struct{} { return b.settled }
+// succeeded, or a failure ended it (under Always, every expected peer
+// ended). A verdict can come unsettled only where the proxy outlives it
+// (Always, --native-sidecar): a restarted app marks its record running
+// again. Then a later call returns a new channel, closed when the verdict
+// settles again, so that a drain started after the restart waits for the
+// app that runs now.
+func (b *Book) Settled() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.settled
+}
 
 // Verdict is the verdict of the last read.
 func (b *Book) Verdict() peers.Verdict {
@@ -292,13 +301,25 @@ func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
 		if b.cfg.Recorded != nil {
 			b.cfg.Recorded(r)
 		}
-		if r.Failed() && b.cfg.Policy.Wait {
-			b.cfg.Log.Warn("peer failed; keeping the proxy for its restart (--on-peer-failure=wait)", "peer", name, "exit_code", r.ExitCode)
+		switch restart := b.cfg.Policy.Restart; {
+		case restart == peers.Always:
+			b.cfg.Log.Info("peer ended; keeping the proxy for its restart (--restart-policy Always)", "peer", name, "exit_code", r.ExitCode)
+		case r.Failed() && restart == peers.OnFailure:
+			b.cfg.Log.Warn("peer failed; keeping the proxy for its restart (--restart-policy OnFailure)", "peer", name, "exit_code", r.ExitCode)
 		}
 	}
-	if v.Settled && b.settledAt.IsZero() {
-		b.settledAt = time.Now()
-		close(b.settled)
+	select {
+	case <-b.settled:
+		if !v.Settled {
+			b.settled = make(chan struct{})
+		}
+	default:
+		if v.Settled {
+			if b.settledAt.IsZero() {
+				b.settledAt = time.Now()
+			}
+			close(b.settled)
+		}
 	}
 	return v
 }

@@ -166,7 +166,7 @@ func TestReportDoesNotSettleOnAStaleRecord(t *testing.T) {
 // one of a known name is not. (Nothing bounded them: 20,000 POSTs of
 // distinct names did not finish in 500 s.)
 func TestPostedNamesAreBounded(t *testing.T) {
-	policy := peers.Policy{Count: 2, Wait: true} // failures leave the verdict open
+	policy := peers.Policy{Count: 2, Restart: peers.OnFailure} // failures leave the verdict open
 	b, _ := openBook(t, policy)
 	limit := NameLimit(policy)
 	if limit != MinNames {
@@ -217,5 +217,39 @@ func TestRescanReadsNoFurtherThanTheBound(t *testing.T) {
 	b2.Load("test")
 	if ps, _ := b2.Peers(); len(ps) != 0 {
 		t.Fatalf("a book of listed names read %d other names", len(ps))
+	}
+}
+
+// Under Always an app's exit settles the verdict for the drain, and its
+// restart unsettles it again: a drain that starts then must wait for the
+// app that runs now, not end on the earlier exit. (Settled was closed once
+// and for all, so a Deployment's app that had crashed once ended every
+// later drain at once.)
+func TestSettledRearmsWhenTheAppRestarts(t *testing.T) {
+	b, d := openBook(t, peers.Policy{Count: 1, Restart: peers.Always})
+	if err := d.Write(peers.Record{Name: "app", ExitCode: 2, Reason: peers.Exited}); err != nil {
+		t.Fatal(err)
+	}
+	if v := b.Load("test"); !v.Settled || v.Done {
+		t.Fatalf("verdict %+v after an exit under Always, want settled and not done", v)
+	}
+	select {
+	case <-b.Settled():
+	default:
+		t.Fatal("Settled not closed after the app ended")
+	}
+	run, err := d.Begin("app") // the kubelet restarted it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Abort()
+	b.Load("test")
+	select {
+	case <-b.Settled():
+		t.Fatalf("Settled still closed while the restarted app runs: %+v", b.Verdict())
+	default:
+	}
+	if at := b.SettledAt(); at.IsZero() {
+		t.Fatal("SettledAt forgot the first settling")
 	}
 }

@@ -470,11 +470,12 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	if ok, why := h.b.Drain(ctx); !ok {
+	ok, why := h.b.Drain(ctx)
+	if !ok {
 		reply(w, http.StatusGatewayTimeout, map[string]any{"drained": false, "reason": why})
 		return
 	}
-	reply(w, http.StatusOK, map[string]any{"drained": true})
+	reply(w, http.StatusOK, map[string]any{"drained": true, "reason": why})
 }
 
 func (h *handler) status(w http.ResponseWriter, r *http.Request) {

@@ -66,5 +66,5 @@
 // # Policy
 //
 // Policy turns the latest record of each peer into a Verdict, following
-// --peers, --on-peer-failure and --native-sidecar. See Policy.Decide.
+// --peers, --restart-policy and --native-sidecar. See Policy.Decide.
 package peers

@@ -10,8 +10,28 @@ import (
 	"strings"
 )
 
+// Restart is the pod's restartPolicy, which the downward API cannot give a
+// container: what the kubelet does when an app container exits, and so
+// which exits are final.
+type Restart string
+
+const (
+	// Never (Jobs): any final record is final, and a failure ends the job.
+	Never Restart = "Never"
+	// OnFailure (Jobs): the kubelet restarts a failed app in the same pod
+	// and it needs the proxy, so only a success is final.
+	OnFailure Restart = "OnFailure"
+	// Always (Deployments, StatefulSets, DaemonSets): the kubelet restarts
+	// every app that exits, so no exit is final; an exit only tells a drain
+	// that the app has ended.
+	Always Restart = "Always"
+)
+
+// Restarts are the restart policies, in the pod's spelling.
+var Restarts = []Restart{Never, OnFailure, Always}
+
 // Policy decides what a set of records means. It is the whole of
-// --peers, --on-peer-failure and --native-sidecar.
+// --peers, --restart-policy and --native-sidecar.
 type Policy struct {
 	// Count is the number of distinct peers that must each end, used when
 	// Names is empty. Less than 1 counts as 1.
@@ -19,10 +39,8 @@ type Policy struct {
 	// Names lists the peers explicitly. Records of other names are ignored
 	// by Decide and refused by Accepts.
 	Names []string
-	// Wait is --on-peer-failure=wait, for restartPolicy OnFailure: the
-	// kubelet restarts a failed app in the same pod and it needs the proxy,
-	// so a failure is not final and only a success ends it.
-	Wait bool
+	// Restart is --restart-policy; empty means Never.
+	Restart Restart
 	// Native is --native-sidecar: the kubelet would only restart a sidecar
 	// that exits, so a settled policy never stops the proxy (Verdict.Done
 	// stays false) and SIGTERM is the way out. Verdict.Settled still tells
@@ -78,19 +96,22 @@ func (p Policy) Accepts(name string) error {
 // Verdict is what a set of records means under a policy.
 type Verdict struct {
 	// Done: the policy is settled and the proxy must stop. Never with
-	// Policy.Native.
+	// Policy.Native or under Always.
 	Done bool
-	// Settled: every expected peer has succeeded, or a failure ended it.
-	// Like Done, but also under Policy.Native, where it only means the
+	// Settled: every expected peer has succeeded, or a failure ended it
+	// (under Always: every expected peer has ended, however). Like Done,
+	// but also under Policy.Native and Always, where it only means the
 	// peers are gone (a drain need not wait for them).
 	Settled bool
 	// Code is the exit code once settled: 0 when every expected peer
 	// succeeded, else the code of the failed peer.
 	Code int
-	// Failed names the failed peer that settled it, if one did.
+	// Failed names the failed peer that settled it, if one did, and Reason
+	// says how that peer ended.
 	Failed string
+	Reason Reason
 	// Pending lists, sorted, the known peers still awaited: running ones,
-	// listed ones with no record, and failed ones under Wait. Nil once
+	// listed ones with no record, and failed ones under OnFailure. Nil once
 	// settled. With Count, peers that have written nothing yet have no name
 	// to list, so Awaiting may be larger.
 	Pending []string
@@ -104,7 +125,7 @@ type Verdict struct {
 // Count distinct names, or every listed name, to succeed; a running record
 // is never final.
 //
-// Unless Wait, a failed record settles the policy with that peer's code.
+// Under Never, a failed record settles the policy with that peer's code.
 // Records are taken in time order and the first decisive one wins, as the
 // supervisor would have seen them arrive: the earliest failure, unless
 // enough peers had succeeded before it (with Count, more names may report
@@ -123,7 +144,7 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 		r := recs[name]
 		r.Name = name
 		switch {
-		case r.Succeeded(), r.Failed() && !p.Wait:
+		case r.Succeeded(), r.Failed() && p.Restart != OnFailure:
 			ends = append(ends, r)
 		default:
 			pending = append(pending, name)
@@ -136,8 +157,8 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 	v := Verdict{}
 	ok := 0
 	for _, r := range ends {
-		if r.Failed() {
-			v.Settled, v.Failed, v.Code = true, r.Name, r.ExitCode
+		if r.Failed() && p.Restart != Always {
+			v.Settled, v.Failed, v.Reason, v.Code = true, r.Name, r.Reason, r.ExitCode
 			if v.Code == 0 {
 				v.Code = 1 // a failure must never read as success
 			}
@@ -148,7 +169,7 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 			break
 		}
 	}
-	v.Done = v.Settled && !p.Native
+	v.Done = v.Settled && !p.Native && p.Restart != Always
 	if v.Settled {
 		return v
 	}

@@ -76,6 +76,7 @@ func TestDecide(t *testing.T) {
 	fail := func(code, s int) Record { return Record{ExitCode: code, Reason: Exited, Time: at(s)} }
 	lost := func(s int) Record { return Record{ExitCode: LostCode, Reason: Lost, Time: at(s)} }
 	notReady := func(s int) Record { return Record{ExitCode: NotReadyCode, Reason: NotReady, Time: at(s)} }
+	signaled := func(s int) Record { return Record{ExitCode: 143, Reason: Signaled, Time: at(s)} }
 	running := Record{Running: true, Time: at(0)}
 	two := []string{"job", "uploader"}
 
@@ -129,17 +130,35 @@ func TestDecide(t *testing.T) {
 		{"count 2, the same name twice is one peer", Policy{Count: 2}, map[string]Record{"a": ok(2)},
 			Verdict{Awaiting: 1}},
 
-		{"wait: a failure is not final", Policy{Count: 1, Wait: true}, map[string]Record{"app": fail(1, 1)},
+		{"OnFailure: a failure is not final", Policy{Count: 1, Restart: OnFailure}, map[string]Record{"app": fail(1, 1)},
 			Verdict{Pending: []string{"app"}, Awaiting: 1}},
-		{"wait: lost is not final", Policy{Count: 1, Wait: true}, map[string]Record{"app": lost(1)},
+		{"OnFailure: lost is not final", Policy{Count: 1, Restart: OnFailure}, map[string]Record{"app": lost(1)},
 			Verdict{Pending: []string{"app"}, Awaiting: 1}},
-		{"wait: the restarted app runs", Policy{Count: 1, Wait: true}, map[string]Record{"app": running},
+		{"OnFailure: the restarted app runs", Policy{Count: 1, Restart: OnFailure}, map[string]Record{"app": running},
 			Verdict{Pending: []string{"app"}, Awaiting: 1}},
-		{"wait: success ends it", Policy{Count: 1, Wait: true}, map[string]Record{"app": ok(5)},
+		{"OnFailure: success ends it", Policy{Count: 1, Restart: OnFailure}, map[string]Record{"app": ok(5)},
 			Verdict{Done: true, Settled: true}},
-		{"wait: count 2, one failed one succeeded", Policy{Count: 2, Wait: true},
+		{"OnFailure: count 2, one failed one succeeded", Policy{Count: 2, Restart: OnFailure},
 			map[string]Record{"a": fail(1, 1), "b": ok(2)},
 			Verdict{Pending: []string{"a"}, Awaiting: 1}},
+
+		{"Never is the default", Policy{Count: 1, Restart: Never}, map[string]Record{"app": fail(3, 1)},
+			Verdict{Done: true, Settled: true, Code: 3, Failed: "app"}},
+		{"Never: a SIGTERMed peer settles with 143", Policy{Count: 1}, map[string]Record{"app": signaled(1)},
+			Verdict{Done: true, Settled: true, Code: 143, Failed: "app", Reason: Signaled}},
+
+		{"Always: a failure settles for the drain but never stops", Policy{Count: 1, Restart: Always},
+			map[string]Record{"app": fail(3, 1)},
+			Verdict{Settled: true}},
+		{"Always: a success settles for the drain but never stops", Policy{Count: 1, Restart: Always},
+			map[string]Record{"app": ok(1)},
+			Verdict{Settled: true}},
+		{"Always: the restarted app runs", Policy{Count: 1, Restart: Always}, map[string]Record{"app": running},
+			Verdict{Pending: []string{"app"}, Awaiting: 1}},
+		{"Always: count 2, one ended", Policy{Count: 2, Restart: Always}, map[string]Record{"a": lost(1), "b": running},
+			Verdict{Pending: []string{"b"}, Awaiting: 1}},
+		{"Always: count 2, both ended", Policy{Count: 2, Restart: Always}, map[string]Record{"a": lost(1), "b": fail(1, 2)},
+			Verdict{Settled: true}},
 
 		{"names: all succeed", Policy{Count: 2, Names: two},
 			map[string]Record{"job": ok(1), "uploader": ok(2)},
@@ -156,10 +175,10 @@ func TestDecide(t *testing.T) {
 			Verdict{Done: true, Settled: true, Code: 4, Failed: "uploader"}},
 		{"names: Count is ignored", Policy{Count: 1, Names: two}, map[string]Record{"job": ok(1)},
 			Verdict{Pending: []string{"uploader"}, Awaiting: 1}},
-		{"names + wait: failure pending", Policy{Count: 2, Names: two, Wait: true},
+		{"names + OnFailure: failure pending", Policy{Count: 2, Names: two, Restart: OnFailure},
 			map[string]Record{"job": fail(1, 1), "uploader": ok(2)},
 			Verdict{Pending: []string{"job"}, Awaiting: 1}},
-		{"names + wait: all succeed", Policy{Count: 2, Names: two, Wait: true},
+		{"names + OnFailure: all succeed", Policy{Count: 2, Names: two, Restart: OnFailure},
 			map[string]Record{"job": ok(3), "uploader": ok(2)},
 			Verdict{Done: true, Settled: true}},
 
@@ -171,7 +190,7 @@ func TestDecide(t *testing.T) {
 			Verdict{Settled: true, Code: 3, Failed: "app"}},
 		{"native: running", Policy{Count: 1, Native: true}, map[string]Record{"app": running},
 			Verdict{Pending: []string{"app"}, Awaiting: 1}},
-		{"native + wait: failure pending", Policy{Count: 1, Native: true, Wait: true},
+		{"native + OnFailure: failure pending", Policy{Count: 1, Native: true, Restart: OnFailure},
 			map[string]Record{"app": fail(3, 1)},
 			Verdict{Pending: []string{"app"}, Awaiting: 1}},
 		{"native + names: all succeed", Policy{Count: 2, Names: two, Native: true},
@@ -182,7 +201,8 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.p.Decide(tt.recs)
 			if got.Done != tt.want.Done || got.Settled != tt.want.Settled || got.Code != tt.want.Code ||
-				got.Failed != tt.want.Failed || got.Awaiting != tt.want.Awaiting || !slices.Equal(got.Pending, tt.want.Pending) {
+				got.Failed != tt.want.Failed || got.Awaiting != tt.want.Awaiting ||
+				tt.want.Reason != "" && got.Reason != tt.want.Reason || !slices.Equal(got.Pending, tt.want.Pending) {
 				t.Errorf("Decide = %+v\n          want %+v", got, tt.want)
 			}
 		})

@@ -95,7 +95,7 @@ func TestDrain(t *testing.T) {
 			}
 			if tt.before {
 				h.complete("app", 0, "")
-				h.eventually("the peers settled", func() bool { return h.logged("peers completed; a native sidecar waits for SIGTERM") })
+				h.eventually("the peers settled", func() bool { return h.logged("peers completed; the proxy stays until SIGTERM") })
 			}
 			var held []interface{ Close() error }
 			if tt.appPort {
@@ -195,7 +195,7 @@ func TestDrainSharedAndBoundedWait(t *testing.T) {
 	if err != nil {
 		t.Fatalf("POST /v1/drain: %v", err)
 	}
-	if ok || !strings.Contains(why, "still draining") {
+	if ok || !strings.Contains(why, StillDraining) {
 		t.Fatalf("POST /v1/drain?wait=100ms = %v, %q; want not drained yet", ok, why)
 	}
 	h.signal(syscall.SIGTERM)

@@ -12,8 +12,11 @@ type EventKind int
 
 const (
 	// PeersSettled: the completion records settled the policy (not under
-	// --native-sidecar, whose end is SIGTERM).
+	// --native-sidecar or --restart-policy Always, whose end is SIGTERM).
 	PeersSettled EventKind = iota
+	// DeletionWindowEnded: the deletion window of a PeersSettled event
+	// with SIGTERMed passed without a preStop or a SIGTERM.
+	DeletionWindowEnded
 	// Signal: SIGTERM, SIGINT or SIGQUIT arrived.
 	Signal
 	// PreStop: the kubelet's preStop hook asked for the drain.
@@ -35,8 +38,15 @@ type Event struct {
 	// ProxyExit, the proxy's code (128+N for signal N); StartFailed, 126
 	// or 127.
 	Code int
-	// Peer: PeersSettled, the peer whose failure settled it, if one did.
+	// Peer: PeersSettled and DeletionWindowEnded, the peer whose failure
+	// settled it, if one did.
 	Peer string
+	// SIGTERMed: PeersSettled, the failed peer was killed by SIGTERM
+	// (reason signaled, 143) under Never. A pod's deletion does that too,
+	// with the proxy's preStop hook or SIGTERM still on its way, so the
+	// verdict waits for them: either within the window decides 0, and
+	// DeletionWindowEnded decides the peer's code.
+	SIGTERMed bool
 	// Signal: Signal, which one.
 	Signal syscall.Signal
 	// EverReady: Signal and PreStop, whether the proxy had been ready.
@@ -53,7 +63,10 @@ type Event struct {
 // fixes, why, and whether it fixes one at all.
 //
 //	every expected peer succeeded           0
-//	a peer failed (--on-peer-failure=exit)  the peer's code (1 if it said 0)
+//	a peer failed (--restart-policy Never)  the peer's code (1 if it said 0)
+//	a peer SIGTERMed (143, signaled), Never nothing yet: a deletion's preStop or SIGTERM
+//	                                        may follow within the deletion window
+//	the deletion window ended               the SIGTERMed peer's code, 143
 //	SIGTERM/SIGINT after ready               0: pod deletion, or a native sidecar's end
 //	SIGTERM/SIGINT before ever ready         128+N: a failed postStart wait; under
 //	                                        OnFailure a 0 would leave the pod without a proxy
@@ -71,11 +84,13 @@ func decide(e Event) (code int, why string, decisive bool) {
 		if e.Peer == "" {
 			return e.Code, "every peer succeeded", true
 		}
-		code := e.Code
-		if code == 0 {
-			code = 1 // a failure must never read as success
+		if e.SIGTERMed {
+			return 0, "", false
 		}
-		return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
+		return peerFailed(e)
+	case DeletionWindowEnded:
+		code, why, _ := peerFailed(e)
+		return code, why + ", and no pod deletion followed", true
 	case Signal:
 		name := unix.SignalName(e.Signal)
 		switch {
@@ -105,6 +120,14 @@ func decide(e Event) (code int, why string, decisive bool) {
 		return e.Code, "proxy could not be started", true
 	}
 	return 0, "", false
+}
+
+func peerFailed(e Event) (code int, why string, decisive bool) {
+	code = e.Code
+	if code == 0 {
+		code = 1 // a failure must never read as success
+	}
+	return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
 }
 
 // ExitCode is the supervisor's exit code for a sequence of events: the

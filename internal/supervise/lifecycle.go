@@ -1,13 +1,16 @@
 package supervise
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // Phase is where the supervisor is in the pod's lifecycle. Phases only move
@@ -38,9 +41,9 @@ func (p Phase) String() string {
 	return phaseNames[p]
 }
 
-// next lists the legal moves. A preStop can come before the proxy was ever
-// ready (the drain then starts from Starting), and the proxy can exit in any
-// phase.
+// next lists the legal moves. A drain starts only once the tracker has seen
+// the proxy ready, but that is an instant before the move to Ready, so a
+// drain may start from Starting; the proxy can exit in any phase.
 var next = map[Phase][]Phase{
 	Starting: {Ready, Draining, Stopping, Exited},
 	Ready:    {Draining, Stopping, Exited},
@@ -169,4 +172,40 @@ func (l *lifecycle) view() view {
 	v := view{phase: l.phase, why: l.why, draining: l.drain != nil, envoyDown: l.envoyDown}
 	v.code, v.decidedBy, v.decided = ExitCode(l.events)
 	return v
+}
+
+// DefaultDeletionWindow is how long a peer killed by SIGTERM waits for the
+// proxy's own preStop or SIGTERM before its code decides. On a pod's
+// deletion the kubelet signals the app at once, while the proxy's preStop
+// hook still has to be exec'd in its container: the app can report its
+// death within tens of milliseconds, and the hook arrives some hundreds
+// later on a busy node. 2 s covers that with room, and delays a Job whose
+// app was SIGTERMed for another reason by no more than 2 s.
+const DefaultDeletionWindow = 2 * time.Second
+
+// settle acts on a verdict that stops the proxy. A peer killed by SIGTERM
+// under Never may be the first sign of the pod's deletion, whose preStop
+// or SIGTERM for the proxy is still on its way; the verdict then waits the
+// deletion window, and either of those within it decides 0 (see decide).
+// A preStop that came in the window has started the drain: the proxy
+// stops once it has ended, as on SIGTERM, so that the hook is not cut.
+func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
+	term := v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM) && s.cfg.Policy.Restart != peers.OnFailure
+	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, SIGTERMed: term})
+	if term {
+		s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
+			"peer", v.Failed, "window", s.cfg.DeletionWindow)
+		t := time.NewTimer(s.cfg.DeletionWindow)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
+		if s.life.view().draining && s.drain("pod deletion", true) != nil {
+			return // the drain's end stops the proxy
+		}
+	}
+	s.stop(why)
 }

@@ -53,7 +53,7 @@ func TestCompletionEndsRun(t *testing.T) {
 			name:   "signaled",
 			policy: peers.Policy{Count: 1},
 			steps:  []step{{peer: "app", code: 143, reason: "signaled", ends: true}},
-			code:   143, decidedBy: "peer app failed with code 143",
+			code:   143, decidedBy: "peer app failed with code 143, and no pod deletion followed",
 		},
 		{
 			name:   "not-ready",
@@ -63,7 +63,7 @@ func TestCompletionEndsRun(t *testing.T) {
 		},
 		{
 			name:   "Wait: failure keeps the proxy, success ends it",
-			policy: peers.Policy{Count: 1, Wait: true},
+			policy: peers.Policy{Count: 1, Restart: peers.OnFailure},
 			steps:  []step{{peer: "app", code: 3}, {peer: "app", code: 7}, {peer: "app", code: 0, ends: true}},
 			code:   0, decidedBy: "every peer succeeded",
 		},
@@ -82,7 +82,7 @@ func TestCompletionEndsRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy = tt.policy })
+			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy, c.DeletionWindow = tt.policy, testWindow })
 			h.waitReady()
 			var completedAt time.Time
 			for i, st := range tt.steps {
@@ -110,8 +110,8 @@ func TestCompletionEndsRun(t *testing.T) {
 			}
 			// Stopped by /quitquitquit: at once, with neither signal
 			// needed. The fake Envoy logs a caught SIGTERM.
-			if since := time.Since(completedAt); since > h.cfg.QuitGrace {
-				t.Errorf("Run returned %v after the last completion; /quitquitquit should stop it within the %v grace", since, h.cfg.QuitGrace)
+			if since := time.Since(completedAt); since > h.cfg.QuitGrace+testWindow {
+				t.Errorf("Run returned %v after the last completion; /quitquitquit should stop it within the %v grace (after a %v deletion window)", since, h.cfg.QuitGrace, testWindow)
 			}
 			if h.logged("escalated to") || h.logged("admin /quitquitquit failed") {
 				t.Error("stop escalated beyond /quitquitquit")
@@ -141,7 +141,7 @@ func TestCompleteRejectsBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy = tt.policy })
+			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy, c.DeletionWindow = tt.policy, testWindow })
 			h.waitReady()
 			err := h.s.Complete(context.Background(), tt.peer, tt.code, tt.reason)
 			if err == nil || !strings.Contains(err.Error(), tt.errHas) {
@@ -268,7 +268,7 @@ func TestRecordsBeforeRun(t *testing.T) {
 			"two names settle a count of two", peers.Policy{Count: 2},
 			[]peers.Record{{Name: "a", ExitCode: 0, Reason: peers.Exited}, {Name: "b", ExitCode: 0, Reason: peers.Exited}}, false, 0,
 		},
-		{"failure under Wait starts the proxy", peers.Policy{Count: 1, Wait: true}, []peers.Record{{Name: "app", ExitCode: 3, Reason: peers.Exited}}, true, 0},
+		{"failure under Wait starts the proxy", peers.Policy{Count: 1, Restart: peers.OnFailure}, []peers.Record{{Name: "app", ExitCode: 3, Reason: peers.Exited}}, true, 0},
 		{"one of two starts the proxy", peers.Policy{Count: 2}, []peers.Record{{Name: "a", ExitCode: 0, Reason: peers.Exited}}, true, 0},
 		{"an unlisted name starts the proxy", peers.Policy{Names: []string{"app"}}, []peers.Record{{Name: "other", ExitCode: 0, Reason: peers.Exited}}, true, 0},
 		{"native sidecar starts the proxy", peers.Policy{Count: 1, Native: true}, []peers.Record{{Name: "app", ExitCode: 0, Reason: peers.Exited}}, true, -1},

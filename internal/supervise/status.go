@@ -48,20 +48,34 @@ func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason
 
 // Drain is POST /v1/drain, the preStop hook: start the drain if it has not
 // started, and wait for its end or ctx. A proxy that is already stopping has
-// nothing left to drain.
+// nothing left to drain, and one that was never ready has carried no
+// traffic to drain: the hook returns at once, so that the pod's
+// termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	s.life.record(Event{Kind: PreStop, EverReady: s.tracker.EverReady()})
+	ready := s.tracker.EverReady()
+	s.life.record(Event{Kind: PreStop, EverReady: ready})
+	if !ready {
+		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
+		return true, NeverReady
+	}
 	run := s.drain("preStop", false)
 	if run == nil {
-		return true, "the proxy is already stopping"
+		return true, AlreadyStopping
 	}
 	select {
 	case <-run.done:
 		return run.result.OK(), string(run.result.End)
 	case <-ctx.Done():
-		return false, "still draining when the request's wait ended"
+		return false, StillDraining
 	}
 }
+
+// What Drain answers besides the drain's own end (drain.End).
+const (
+	NeverReady      = "never-ready"      // the proxy was never ready: nothing to drain
+	AlreadyStopping = "already-stopping" // the proxy is stopping or gone
+	StillDraining   = "still-draining"   // the request's wait ended first
+)
 
 // healthReady is what /healthz/ready answers: ready, and not draining or
 // stopping, since a pod on its way out must leave the endpoints.

@@ -56,6 +56,11 @@ type Config struct {
 
 	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
+	// DeletionWindow is how long a peer's death by SIGTERM waits for the
+	// preStop or SIGTERM of a pod deletion; zero means
+	// DefaultDeletionWindow.
+	DeletionWindow time.Duration
+
 	Intervals Intervals
 	Log       *slog.Logger
 }
@@ -95,6 +100,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Admin == nil {
 		return nil, errors.New("no admin API given")
+	}
+	if cfg.DeletionWindow <= 0 {
+		cfg.DeletionWindow = DefaultDeletionWindow
 	}
 	s := &Supervisor{
 		cfg:     cfg,
@@ -309,10 +317,9 @@ func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 		why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
 	}
 	if v.Done {
-		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
-		s.stop(why)
+		s.settle(ctx, v, why)
 	} else {
-		s.log.Info("peers completed; a native sidecar waits for SIGTERM", "reason", why)
+		s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
 	}
 	<-ctx.Done()
 	return nil

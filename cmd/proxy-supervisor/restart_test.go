@@ -1,0 +1,58 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+)
+
+func TestRestartPolicy(t *testing.T) {
+	tests := []struct {
+		name      string
+		restart   string
+		given     bool
+		onFailure string
+		want      peers.Restart
+		err       bool
+	}{
+		{"default", "Never", false, "", peers.Never, false},
+		{"given", "Always", true, "", peers.Always, false},
+		{"alias exit", "Never", false, "exit", peers.Never, false},
+		{"alias wait", "Never", false, "wait", peers.OnFailure, false},
+		{"both agree", "OnFailure", true, "wait", peers.OnFailure, false},
+		{"both agree on Never", "Never", true, "exit", peers.Never, false},
+		{"both disagree", "Never", true, "wait", "", true},
+		{"Always has no alias", "Always", true, "exit", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := restartPolicy(tt.restart, tt.given, tt.onFailure)
+			if (err != nil) != tt.err || got != tt.want {
+				t.Fatalf("restartPolicy = %q, %v; want %q, error %v", got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestDrainFromGrace(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		grace, stop, want time.Duration
+		err               bool
+	}{
+		{30 * s, 5 * s, 20 * s, false}, // the defaults, as before
+		{120 * s, 5 * s, 110 * s, false},
+		{12 * s, 5 * s, 2 * s, false},
+		{11 * s, 5 * s, 1 * s, false},
+		{10 * s, 3 * s, 2 * s, false}, // a short grace period fits a shorter stop
+		{10 * s, 5 * s, 0, true},
+		{5 * s, 5 * s, 0, true},
+	}
+	for _, tt := range tests {
+		got, err := drainFromGrace(tt.grace, tt.stop)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("drainFromGrace(%v, %v) = %v, %v; want %v, error %v", tt.grace, tt.stop, got, err, tt.want, tt.err)
+		}
+	}
+}
