@@ -331,6 +331,11 @@ func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 // readiness, so that a SIGTERM or a status request that follows /v1/ready
 // finds the lifecycle in Ready.
 func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
+	// Envoy's death can show after another reason for not being ready (a
+	// connection reset mid-request), so it is noted whenever it appears.
+	if now.Down && !old.Down {
+		s.life.noteEnvoyDown(time.Now())
+	}
 	if now.Ready == old.Ready {
 		return
 	}
@@ -344,9 +349,6 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
-		if now.Down {
-			s.life.noteEnvoyDown(time.Now())
-		}
 		if s.life.view().phase < Stopping {
 			s.log.Warn("proxy not ready", "reason", now.Reason)
 		} else {
