@@ -153,12 +153,13 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
-		Command:     s.cfg.Command,
-		Quit:        func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
-		QuitGrace:   s.cfg.QuitGrace,
-		StopTimeout: s.cfg.StopTimeout,
-		Escalated:   s.m.escalated,
-		Log:         s.log,
+		Command:      s.cfg.Command,
+		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
+		QuitGrace:    s.cfg.QuitGrace,
+		StopTimeout:  s.cfg.StopTimeout,
+		Escalated:    s.m.escalated,
+		LeaderExited: s.checkEnvoyAtExit,
+		Log:          s.log,
 	})
 	if err != nil {
 		closeAll(sock, hs)
@@ -282,6 +283,27 @@ func (s *Supervisor) waitProxy() error {
 		s.m.completionTo.Set(time.Since(at).Seconds())
 	}
 	return nil
+}
+
+// envoyProbeMax bounds the look at the admin port when the proxy exits. A
+// loopback connect is answered at once; an admin API elsewhere gets no more
+// than this.
+const envoyProbeMax = 50 * time.Millisecond
+
+// checkEnvoyAtExit runs when the proxy's leader has exited, before what it
+// left in its group is killed. pilot-agent exits 0 within milliseconds of
+// Envoy's death, well inside the tracker's poll of a ready proxy, so the
+// tracker has usually not seen the admin port refuse: a port that refuses
+// now says Envoy died first, and the exit is logged as its death.
+func (s *Supervisor) checkEnvoyAtExit() {
+	if !s.tracker.EverReady() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
+	defer cancel()
+	if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
+		s.life.noteEnvoyDown(time.Now())
+	}
 }
 
 // stop moves to Stopping and starts the proxy's stop sequence, once.
