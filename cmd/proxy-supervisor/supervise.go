@@ -55,6 +55,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
 	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
+	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 
@@ -108,6 +109,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *gracePeriod < 0 {
 		return fail(usagef("--grace-period: must not be negative"))
 	}
+	if *hungAfter < 0 {
+		return fail(usagef("--hung-after: must not be negative"))
+	}
 	if f.checkOnly() {
 		return 0
 	}
@@ -154,6 +158,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		DrainHealthcheckFail: *hcFail,
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
+		HungAfter:            *hungAfter,
 		Log:                  log,
 	})
 	if err != nil {

@@ -112,6 +112,33 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return s.Reason == "admin API does not answer" })
 }
 
+// The last answer moves with every answer, a 503 included, and stops when
+// the admin API falls silent: what liveness needs to see a hung Envoy.
+func TestTrackerLastAnswer(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{})
+	tr := track(t, a, false)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	if err := a.Post(context.Background(), "/healthcheck/fail"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Reason == "DRAINING" })
+	before := time.Now()
+	deadline := time.Now().Add(3 * time.Second)
+	for !tr.LastAnswer().After(before) {
+		if time.Now().After(deadline) {
+			t.Fatal("a 503 DRAINING is an answer, but the last answer did not move")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.SetSilent(true)
+	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return s.Reason == "admin API does not answer" })
+	last := tr.LastAnswer()
+	time.Sleep(200 * time.Millisecond) // several polls, none answered
+	if got := tr.LastAnswer(); !got.Equal(last) {
+		t.Fatalf("the last answer moved from %v to %v while the admin API was silent", last, got)
+	}
+}
+
 func TestTrackerGoneIsFinal(t *testing.T) {
 	_, a := startEnvoy(t, fakeenvoy.Options{})
 	tr, done := trackDone(t, a, false)

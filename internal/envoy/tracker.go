@@ -52,6 +52,7 @@ type Tracker struct {
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
 	ever    bool          // it has been ready once
+	heard   time.Time     // the admin API's last answer, whatever it said
 }
 
 // NewTracker returns a tracker of the proxy behind admin. It polls nothing
@@ -86,6 +87,15 @@ func (t *Tracker) EverReady() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.ever
+}
+
+// LastAnswer is when the admin API last answered a poll, with any status;
+// zero before its first answer. A hung Envoy accepts connections and
+// answers nothing, so it is ready no longer, and this stops moving.
+func (t *Tracker) LastAnswer() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.heard
 }
 
 // Gone records that the proxy exited, with why. It is final: readiness is
@@ -156,6 +166,12 @@ func (t *Tracker) poll(ctx context.Context) Status {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.ReadyEvery*9/10)
 	defer cancel()
 	state, ready, err := t.admin.ServerState(ctx)
+	var se *StatusError
+	if err == nil || errors.As(err, &se) {
+		t.mu.Lock()
+		t.heard = time.Now()
+		t.mu.Unlock()
+	}
 	switch {
 	case Refused(err):
 		return Status{Reason: "admin API refuses connections", Down: true}

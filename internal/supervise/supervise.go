@@ -56,6 +56,10 @@ type Config struct {
 
 	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
+	// HungAfter: /healthz/live fails once a proxy that was ready has not
+	// answered its admin API for this long; zero keeps it live.
+	HungAfter time.Duration
+
 	Intervals Intervals
 	Log       *slog.Logger
 }
@@ -187,7 +191,7 @@ func (s *Supervisor) listen() (*control.Server, *health.Server, error) {
 	if s.cfg.HealthAddr == "" {
 		return sock, nil, nil
 	}
-	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.m.reg)
+	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg)
 	if err != nil {
 		sock.Close()
 		return nil, nil, err
