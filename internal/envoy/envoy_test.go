@@ -3,6 +3,10 @@ package envoy
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,5 +265,44 @@ func TestBound(t *testing.T) {
 	<-e.Bound()
 	if ok, err := a.Bound(context.Background()); !ok || err != nil {
 		t.Fatalf("silent admin: %v %v", ok, err)
+	}
+}
+
+// With a readiness URL beside Envoy's, ready needs both: Envoy LIVE and the
+// URL's 200. A URL that hangs is bounded by the poll.
+func TestTrackerAlsoAsksTheReadyURL(t *testing.T) {
+	var ok, hang atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			<-r.Context().Done()
+			return
+		}
+		if !ok.Load() {
+			http.Error(w, "Envoy proxy is NOT ready: DNS not ready", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	u, err := NewReadyURL(srv.URL + "/healthz/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, a := startEnvoy(t, fakeenvoy.Options{})
+	tr := NewTracker(a, TrackerConfig{ReadyEvery: 50 * time.Millisecond, Also: u.Check})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	st := waitStatus(t, tr, 5*time.Second, func(s Status) bool { return strings.Contains(s.Reason, "answered 503") })
+	if st.Ready || !strings.Contains(st.Reason, "DNS not ready") {
+		t.Fatalf("Envoy LIVE, the URL 503: %+v; want not ready with the URL's reason", st)
+	}
+	ok.Store(true)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	hang.Store(true)
+	start := time.Now()
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return !s.Ready })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a hanging readiness URL took %v to withdraw readiness", d)
 	}
 }

@@ -24,6 +24,10 @@ type TrackerConfig struct {
 	// by xDS reaches LIVE without any config once its initial fetch times
 	// out.
 	Strict bool
+	// Also, if set, is another readiness check asked once Envoy is ready
+	// (ReadyURL.Check): "" when ready too, else why not. It is bounded by
+	// the poll's context.
+	Also func(ctx context.Context) string
 	// StartEvery and ReadyEvery are the poll intervals before and after
 	// readiness; zero means the defaults.
 	StartEvery, ReadyEvery time.Duration
@@ -184,6 +188,11 @@ func (t *Tracker) poll(ctx context.Context) Status {
 	}
 	if t.cfg.Strict {
 		if why := t.configured(ctx); why != "" {
+			return Status{Reason: why}
+		}
+	}
+	if t.cfg.Also != nil {
+		if why := t.cfg.Also(ctx); why != "" {
 			return Status{Reason: why}
 		}
 	}

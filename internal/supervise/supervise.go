@@ -38,8 +38,9 @@ type Config struct {
 	Command []string // the proxy and its arguments
 
 	Admin       *envoy.Admin
-	StrictReady bool   // also require CDS, LDS and started workers
-	HealthAddr  string // "" disables the health server
+	StrictReady bool            // also require CDS, LDS and started workers
+	ExtraReady  *envoy.ReadyURL // also require its 200 (pilot-agent's readiness); nil: none
+	HealthAddr  string          // "" disables the health server
 	ControlDir  string
 	AllowedUIDs []uint32
 
@@ -108,8 +109,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
+	var also func(context.Context) string
+	if cfg.ExtraReady != nil {
+		also = cfg.ExtraReady.Check
+	}
 	s.tracker = envoy.NewTracker(cfg.Admin, envoy.TrackerConfig{
 		Strict:     cfg.StrictReady,
+		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
 		OnChange:   s.readinessChanged,
