@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -171,7 +172,7 @@ func TestStrictReadiness(t *testing.T) {
 	}
 }
 
-func TestSumActive(t *testing.T) {
+func TestCountConnections(t *testing.T) {
 	stats := map[string]uint64{
 		"listener.0.0.0.0_15006.downstream_cx_active":          3,
 		"listener.0.0.0.0_15006.worker_0.downstream_cx_active": 2,
@@ -180,19 +181,44 @@ func TestSumActive(t *testing.T) {
 		"listener.[__]_8443.downstream_cx_active":              1,
 		"listener.admin.downstream_cx_active":                  7,
 		"listener.admin.main_thread.downstream_cx_active":      7,
-		"http.inbound_0.0.0.0_15006.downstream_cx_active":      3,
 		"listener.0.0.0.0_15090.downstream_cx_active":          5,
 		"listener.0.0.0.0_15021.downstream_cx_active":          6,
 		"listener.envoy_internal_foo.downstream_cx_active":     9,
 		"listener.virtualInbound.downstream_cx_active":         2,
 		"cluster.x.upstream_cx_active":                         8,
+		"cluster.x.upstream_rq_active":                         8,
+		// Of 15006's 3: one request in flight on two HTTP connections.
+		"http.inbound_0.0.0.0_8080.downstream_cx_active": 2,
+		"http.inbound_0.0.0.0_8080.downstream_rq_active": 1,
+		// HTTP/2: three streams on one connection is busy, not -2 idle.
+		"http.outbound_0.0.0.0_80.downstream_cx_active": 1,
+		"http.outbound_0.0.0.0_80.downstream_rq_active": 3,
+		// Excluded listeners' HCMs: their idle connections were never counted.
+		"http.admin.downstream_cx_active": 7,
+		"http.stats.downstream_cx_active": 5,
+		"http.agent.downstream_cx_active": 6,
+		"http.agent.downstream_rq_active": 1,
 	}
-	if got := sumActive(stats, []uint16{15090, 15021}); got != 3+4+1+2 {
-		t.Fatalf("sum %d, want 10", got)
+	got := countConnections(stats, []uint16{15090, 15021})
+	if want := (Connections{Active: 3 + 4 + 1 + 2, Busy: 3 + 4 + 1 + 2 - 1}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// An HCM on an excluded listener that is not recognized by its name
+	// must not hide a busy connection: a request in flight is busy.
+	got = countConnections(map[string]uint64{
+		"listener.0.0.0.0_9000.downstream_cx_active":     1,
+		"http.mystats.downstream_cx_active":              3,
+		"http.inbound_0.0.0.0_9000.downstream_cx_active": 1,
+		"http.inbound_0.0.0.0_9000.downstream_rq_active": 1,
+	}, []uint16{15090})
+	if got.Busy != 1 {
+		t.Fatalf("a request in flight counted as %+v", got)
 	}
 }
 
-func TestActiveConnectionsFromRealConnections(t *testing.T) {
+// Connections on the fake Envoy's real sockets: the TCP proxy's are busy,
+// the HTTP listener's only while a request is in flight.
+func TestConnectionsFromRealConnections(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{Listeners: []fakeenvoy.Listener{
 		{Name: "in", Addr: "127.0.0.1:0", Inbound: true},
 		{Name: "tcp", Addr: "127.0.0.1:0", TCP: true},
@@ -209,21 +235,35 @@ func TestActiveConnectionsFromRealConnections(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}
-	want := len(conns)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := a.ActiveConnections(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
+	waitConnections := func(want Connections) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := a.Connections(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("connections %+v, want %+v", c, want)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if n == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("active %d, want %d", n, want)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	// Three HTTP connections with no request yet, three TCP ones.
+	waitConnections(Connections{Active: 6, Busy: 3})
+	// An upload under way: its headers are in, its body is not.
+	if _, err := io.WriteString(conns[0], "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"); err != nil {
+		t.Fatal(err)
+	}
+	waitConnections(Connections{Active: 6, Busy: 4})
+	// Its end leaves a keep-alive connection, idle.
+	if _, err := io.WriteString(conns[0], "defghij"); err != nil {
+		t.Fatal(err)
+	}
+	waitConnections(Connections{Active: 6, Busy: 3})
 	for _, c := range conns {
 		c.Close()
 	}

@@ -72,6 +72,7 @@ type Intervals struct {
 	Rescan                     time.Duration // completion.DefaultRescan
 	DrainTick, DrainStats      time.Duration // drain.DefaultTick, DefaultStatsEvery
 	DrainProgress              time.Duration // drain.DefaultProgress
+	DrainQuiet                 time.Duration // drain.DefaultQuiet
 }
 
 // Supervisor runs one proxy. Use New, then Run once.
@@ -395,7 +396,9 @@ func (s *Supervisor) learnEnvoyPorts() {
 
 // drain starts the termination's drain, or joins the one under way, and
 // returns it; nil when the proxy is already stopping. With thenStop the
-// proxy stops when the drain ends.
+// proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
+// ended already checks again first, within what is left of the bound, since
+// the app may have opened connections since.
 func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 	run, isNew, stopOwner := s.life.beginDrain(trigger, thenStop)
 	if run == nil {
@@ -407,20 +410,30 @@ func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 		s.log.Info("drain already started", "trigger", trigger)
 	}
 	if stopOwner {
+		ended := !isNew && isClosed(run.done)
 		go func() {
 			<-run.done
+			if ended {
+				s.recheckDrain(run, trigger)
+			}
 			s.stop(trigger)
 		}()
 	}
 	return run
 }
 
-func (s *Supervisor) runDrain(run *drainRun, trigger string) {
-	var learned []uint16
-	if p := s.envoyPorts.Load(); p != nil {
-		learned = *p
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	run.result = drain.Run(drain.Config{
+}
+
+// drainConfig is the drain's config for one trigger.
+func (s *Supervisor) drainConfig(trigger string) drain.Config {
+	return drain.Config{
 		Admin:           s.cfg.Admin,
 		Scanner:         s.scanner,
 		Owner:           s.cfg.Owner,
@@ -428,11 +441,46 @@ func (s *Supervisor) runDrain(run *drainRun, trigger string) {
 		Timeout:         s.cfg.DrainTimeout,
 		InboundOnly:     s.cfg.DrainInboundOnly,
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
+		Running:         s.peersRunning,
 		Tick:            s.cfg.Intervals.DrainTick,
 		StatsEvery:      s.cfg.Intervals.DrainStats,
 		Progress:        s.cfg.Intervals.DrainProgress,
+		Quiet:           s.cfg.Intervals.DrainQuiet,
 		Log:             s.log.With("trigger", trigger),
-	}, learned, s.book.Settled())
+	}
+}
+
+// learnedPorts are Envoy's listeners' ports learned when it was ready.
+func (s *Supervisor) learnedPorts() []uint16 {
+	if p := s.envoyPorts.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Supervisor) runDrain(run *drainRun, trigger string) {
+	run.result = drain.Run(s.drainConfig(trigger), s.learnedPorts(), s.book.Settled())
 	s.m.drained(run.result)
 	close(run.done)
+}
+
+// recheckDrain waits again for the drain's condition, within what is left
+// of the first drain's bound: the listeners are drained already.
+func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
+	cfg := s.drainConfig(trigger)
+	cfg.Recheck = true
+	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
+	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
+}
+
+// peersRunning counts the peers that still run under exec.
+func (s *Supervisor) peersRunning() int {
+	ps, _ := s.book.Peers()
+	n := 0
+	for _, p := range ps {
+		if p.Running {
+			n++
+		}
+	}
+	return n
 }
