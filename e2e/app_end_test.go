@@ -65,6 +65,20 @@ func (u uploaded) check(t *testing.T) {
 	}
 }
 
+// outlives asserts that sup exits 0, and only after the upload's end.
+func outlives(t *testing.T, sup *proc, up <-chan uploaded) {
+	t.Helper()
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+	exited := time.Now()
+	u := <-up
+	u.check(t)
+	if exited.Before(u.at) {
+		t.Fatalf("the proxy exited %v before the upload ended", u.at.Sub(exited))
+	}
+}
+
 // An app without exec closes its listener on SIGTERM and opens its upload
 // through the proxy a moment later: the drain's quiet period sees it, and
 // the proxy stays until the upload is done.
@@ -78,15 +92,7 @@ func TestUploadAfterCloseWithoutExec(t *testing.T) {
 	ln.Close()
 	time.Sleep(100 * time.Millisecond) // the app's gap between its close and its upload
 	up := p.upload(1500 * time.Millisecond)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
-	exited := time.Now()
-	u := <-up
-	u.check(t)
-	if exited.Before(u.at) {
-		t.Fatalf("the proxy exited %v before the upload ended", u.at.Sub(exited))
-	}
+	outlives(t, sup, up)
 }
 
 // An app under exec is known to run until its record is final: it holds
@@ -165,13 +171,5 @@ func TestSigtermAfterPrestopWaitsForTheUpload(t *testing.T) {
 	up := p.upload(1500 * time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // the upload is under way
 	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
-	exited := time.Now()
-	u := <-up
-	u.check(t)
-	if exited.Before(u.at) {
-		t.Fatalf("the proxy exited %v before the upload ended", u.at.Sub(exited))
-	}
+	outlives(t, sup, up)
 }
