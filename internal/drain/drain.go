@@ -5,8 +5,8 @@
 // no sooner than a minimum and no later than a bound.
 //
 // A Drain knows nothing of the supervisor's lifecycle: its admin client, its
-// scanner of listening sockets and its clock are passed in, and whoever runs
-// it decides what its end means.
+// scanner of listening sockets, its clock and a count of the peers still
+// running are passed in, and whoever runs it decides what its end means.
 package drain
 
 import (
