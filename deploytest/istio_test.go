@@ -183,7 +183,8 @@ func TestIstioInjection(t *testing.T) {
 			}
 
 			// Istio's args stay; our command ends with pilot-agent.
-			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337"}
+			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
+				"--extra-ready-url=http://127.0.0.1:15020/healthz/ready"}
 			if tt.native {
 				want = append(want, "--native-sidecar")
 			}
@@ -232,6 +233,10 @@ func TestIstioInjection(t *testing.T) {
 					t.Errorf("%s probe timing %d/%d/%d, want Istio's %d/%d/%d", name,
 						ours.PeriodSeconds, ours.FailureThreshold, ours.TimeoutSeconds, theirs.PeriodSeconds, theirs.FailureThreshold, theirs.TimeoutSeconds)
 				}
+			}
+			// Istio has no liveness probe; ours restarts a hung Envoy.
+			if l := proxy.LivenessProbe; l == nil || l.HTTPGet == nil || l.HTTPGet.Port.IntValue() != 15022 || l.HTTPGet.Path != "/healthz/live" {
+				t.Errorf("liveness probe %+v, want :15022/healthz/live", l)
 			}
 			// Everything else Istio injected is still there.
 			if !slices.Equal(envNames(proxy.Env), envNames(istio.Env)) {

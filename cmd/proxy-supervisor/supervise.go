@@ -57,6 +57,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
 	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
+	extraReady := &httpURL{"", []string{"http"}}
+	f.fs.Var(extraReady, "extra-ready-url", "`URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
+	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 
@@ -77,6 +80,12 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	}
 	if hp, ok := portOf(string(healthAddr)); ok && hp == admin.Port() {
 		return fail(usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", hp))
+	}
+	var extra *envoy.ReadyURL
+	if extraReady.val != "" {
+		if extra, err = envoy.NewReadyURL(extraReady.val); err != nil {
+			return fail(usagef("--extra-ready-url: %v", err))
+		}
 	}
 	count, names, err := peers.ParsePeers(*peerSpec)
 	if err != nil {
@@ -126,6 +135,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if *drainMin < 0 {
 		return fail(usagef("--drain-min: must not be negative"))
 	}
+	if *hungAfter < 0 {
+		return fail(usagef("--hung-after: must not be negative"))
+	}
 	if f.checkOnly() {
 		return 0
 	}
@@ -161,6 +173,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Command:     cmdline,
 		Admin:       admin,
 		StrictReady: *strict,
+		ExtraReady:  extra,
 		HealthAddr:  string(healthAddr),
 		ControlDir:  *controlDir,
 		AllowedUIDs: allowed,
@@ -178,6 +191,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		DrainHealthcheckFail: *hcFail,
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
+		HungAfter:            *hungAfter,
 		Log:                  log,
 	})
 	if err != nil {

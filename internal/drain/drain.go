@@ -1,11 +1,12 @@
 // Package drain ends a pod's traffic gracefully before its proxy stops: it
-// asks Envoy to drain its listeners, then waits until the app has stopped
-// listening and Envoy holds no downstream connection, no sooner than a
-// minimum and no later than a bound.
+// asks Envoy to drain its listeners, then waits until the app has really
+// ended: no peer still running under exec, no port of the app's listening
+// and no busy downstream connection in Envoy, all of it for a quiet period,
+// no sooner than a minimum and no later than a bound.
 //
 // A Drain knows nothing of the supervisor's lifecycle: its admin client, its
-// scanner of listening sockets and its clock are passed in, and whoever runs
-// it decides what its end means.
+// scanner of listening sockets, its clock and a count of the peers still
+// running are passed in, and whoever runs it decides what its end means.
 package drain
 
 import (
@@ -22,7 +23,7 @@ import (
 // Admin is what a drain asks of Envoy's admin API (envoy.Admin).
 type Admin interface {
 	Post(ctx context.Context, path string, flags ...string) error
-	ActiveConnections(ctx context.Context, exclude []uint16) (int, error)
+	Connections(ctx context.Context, exclude []uint16) (envoy.Connections, error)
 	ListenerPorts(ctx context.Context) ([]uint16, error)
 }
 
@@ -40,6 +41,13 @@ const (
 	DefaultTick       = 10 * time.Millisecond
 	DefaultStatsEvery = 100 * time.Millisecond
 	DefaultProgress   = time.Second
+	// DefaultQuiet is how long the drained condition must hold before the
+	// drain ends. An app that closes its listener on SIGTERM and then
+	// opens a connection through the proxy (to upload its logs) would
+	// otherwise lose the proxy in the gap; a few stats polls are enough
+	// for a connection opened just after the close to show, and little
+	// enough to add to preStop's lag.
+	DefaultQuiet = 300 * time.Millisecond
 	// adminCallMax bounds one admin call, and the drain's deadline bounds
 	// it further: a silent admin API must not carry the drain past its
 	// bound.
@@ -63,10 +71,20 @@ type Config struct {
 	// be finishing an upload through it, so it is off for sidecars.
 	HealthcheckFail bool
 
+	// Running, if set, says how many peers still run under exec (a
+	// running record whose lock is held). Such a peer is the app, alive:
+	// it may still send through the proxy, so it holds the drain until it
+	// has ended or the bound comes.
+	Running func() int
+	// Recheck: the listeners were drained already (a preStop's drain that
+	// ended before SIGTERM); only wait for the condition again.
+	Recheck bool
+
 	// Tick is how often the condition is checked, StatsEvery how often
 	// Envoy's stats are asked for, Progress how often progress is logged
-	// and /drain_listeners retried; zero means the defaults.
-	Tick, StatsEvery, Progress time.Duration
+	// and /drain_listeners retried, Quiet how long the condition must hold;
+	// zero means the defaults.
+	Tick, StatsEvery, Progress, Quiet time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -77,7 +95,7 @@ type Config struct {
 type End string
 
 const (
-	Drained        End = "drained"         // the app stopped listening and Envoy's connections reached zero
+	Drained        End = "drained"         // no peer running, no app port and no busy connection, for the quiet period
 	TimedOut       End = "timeout"         // the bound came first
 	PeersCompleted End = "peers-completed" // every peer ended: nothing left to wait for
 )
@@ -99,9 +117,15 @@ func (r Result) OK() bool { return r.End != TimedOut }
 func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	d := newDrainer(cfg)
 	start := d.now()
-	d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
 	deadline := start.Add(cfg.Timeout)
-	if cfg.HealthcheckFail {
+	if cfg.Recheck {
+		d.cfg.Log.Info("drain re-checked", "timeout", cfg.Timeout)
+		d.listenersDrained = true
+		d.cfg.Min = 0
+	} else {
+		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
+	}
+	if cfg.HealthcheckFail && !cfg.Recheck {
 		ctx, cancel := d.callCtx(deadline)
 		if err := cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
 			d.cfg.Log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
@@ -119,6 +143,8 @@ type drainer struct {
 	cfg     Config
 	now     func() time.Time
 	exclude []uint16
+
+	listenersDrained bool // Envoy accepted /drain_listeners
 }
 
 func newDrainer(cfg Config) *drainer {
@@ -130,6 +156,9 @@ func newDrainer(cfg Config) *drainer {
 	}
 	if cfg.Progress <= 0 {
 		cfg.Progress = DefaultProgress
+	}
+	if cfg.Quiet <= 0 {
+		cfg.Quiet = DefaultQuiet
 	}
 	now := cfg.Now
 	if now == nil {
@@ -146,22 +175,37 @@ func (d *drainer) callCtx(deadline time.Time) (context.Context, context.CancelFu
 	return context.WithTimeout(context.Background(), budget)
 }
 
-// wait checks the drain condition every tick until it holds (no sooner than
-// Min), the deadline passes or settled closes.
+// state is what one check of the drain condition saw.
+type state struct {
+	ports   []uint16
+	perr    error
+	conns   envoy.Connections
+	known   bool // conns was read (it is not needed while the app listens)
+	cerr    error
+	running int
+}
+
+// holds reports whether the drained condition holds.
+func (st state) holds() bool {
+	return st.perr == nil && len(st.ports) == 0 && st.known && st.conns.Busy == 0 && st.running == 0
+}
+
+// wait checks the drain condition every tick until it has held for the
+// quiet period (and no sooner than Min), the deadline passes or settled
+// closes.
 func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) End {
 	earliest := start.Add(d.cfg.Min)
 	tick := time.NewTicker(d.cfg.Tick)
 	defer tick.Stop()
-	var lastLog, lastStats, lastDrainTry time.Time
-	listenersDrained, conns := false, -1
-	var cerr error
+	var lastLog, lastStats, lastDrainTry, quietSince time.Time
+	var st state
 	for {
 		select {
 		case <-settled:
 			return PeersCompleted
 		default:
 		}
-		if !listenersDrained && d.now().Sub(lastDrainTry) >= d.cfg.Progress {
+		if !d.listenersDrained && d.now().Sub(lastDrainTry) >= d.cfg.Progress {
 			// Retried until Envoy accepts it once: a busy admin API at the
 			// first try must not leave Envoy undrained for the whole
 			// termination.
@@ -169,28 +213,39 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			if err := d.drainListeners(deadline); err != nil {
 				d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
 			} else {
-				listenersDrained = true
+				d.listenersDrained = true
 			}
 		}
-		ports, perr := d.appPorts(envoyPorts)
+		st.ports, st.perr = d.appPorts(envoyPorts)
 		switch {
-		case perr != nil || len(ports) > 0:
-			conns, cerr = -1, nil // unknown, and not needed yet
-		case conns < 0 || d.now().Sub(lastStats) >= d.cfg.StatsEvery:
+		case st.perr != nil || len(st.ports) > 0:
+			st.known, st.cerr = false, nil // unknown, and not needed yet
+		case !st.known || d.now().Sub(lastStats) >= d.cfg.StatsEvery:
 			lastStats = d.now()
-			conns, cerr = d.activeConnections(deadline)
+			st.conns, st.cerr = d.connections(deadline)
+			st.known = st.cerr == nil
+		}
+		st.running = 0
+		if d.cfg.Running != nil && st.holds() {
+			st.running = d.cfg.Running() // asked only when nothing else holds the drain
 		}
 		now := d.now()
-		if perr == nil && len(ports) == 0 && conns == 0 && !now.Before(earliest) {
+		switch {
+		case !st.holds():
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			quietSince = now
+		}
+		if !quietSince.IsZero() && now.Sub(quietSince) >= d.cfg.Quiet && !now.Before(earliest) {
 			return Drained
 		}
 		if !now.Before(deadline) {
-			d.cfg.Log.Warn("drain timed out", "open_ports", fmt.Sprint(ports), "connections", conns, "timeout", d.cfg.Timeout)
+			d.cfg.Log.Warn("drain timed out", d.attrs(now, earliest, deadline, st)...)
 			return TimedOut
 		}
 		if now.Sub(lastLog) >= d.cfg.Progress {
 			lastLog = now
-			d.logProgress(now, earliest, deadline, ports, conns, perr, cerr)
+			d.cfg.Log.Info("draining", d.attrs(now, earliest, deadline, st)...)
 		}
 		select {
 		case <-settled:
@@ -200,21 +255,25 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 	}
 }
 
-func (d *drainer) logProgress(now, earliest, deadline time.Time, ports []uint16, conns int, perr, cerr error) {
-	attrs := []any{"open_ports", fmt.Sprint(ports), "remaining", deadline.Sub(now).Round(100 * time.Millisecond)}
-	if conns >= 0 {
-		attrs = append(attrs, "connections", conns)
+// attrs describe where the drain stands, for its progress and timeout lines.
+func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
+	attrs := []any{"open_ports", fmt.Sprint(st.ports), "remaining", max(deadline.Sub(now), 0).Round(100 * time.Millisecond)}
+	if st.known {
+		attrs = append(attrs, "connections", st.conns.Active, "busy", st.conns.Busy)
 	}
-	if perr != nil {
-		attrs = append(attrs, "scan_err", perr)
+	if st.running > 0 {
+		attrs = append(attrs, "peers_running", st.running)
 	}
-	if cerr != nil {
-		attrs = append(attrs, "admin_err", cerr)
+	if st.perr != nil {
+		attrs = append(attrs, "scan_err", st.perr)
+	}
+	if st.cerr != nil {
+		attrs = append(attrs, "admin_err", st.cerr)
 	}
 	if now.Before(earliest) {
 		attrs = append(attrs, "min_left", earliest.Sub(now).Round(100*time.Millisecond))
 	}
-	d.cfg.Log.Info("draining", attrs...)
+	return attrs
 }
 
 // drainListeners asks Envoy to drain its listeners gracefully.
@@ -237,20 +296,17 @@ func (d *drainer) appPorts(envoyPorts []uint16) ([]uint16, error) {
 	return portwatch.Ports(d.cfg.Owner.AppSockets(socks, envoyPorts)), nil
 }
 
-// activeConnections asks Envoy how many downstream connections it holds. An
+// connections asks Envoy about the downstream connections it holds. An
 // admin API that refuses connections means Envoy is not running, so it holds
 // none; one that does not answer is unknown, and the drain waits on.
-func (d *drainer) activeConnections(deadline time.Time) (int, error) {
+func (d *drainer) connections(deadline time.Time) (envoy.Connections, error) {
 	ctx, cancel := d.callCtx(deadline)
 	defer cancel()
-	n, err := d.cfg.Admin.ActiveConnections(ctx, d.exclude)
-	switch {
-	case envoy.Refused(err):
-		return 0, nil
-	case err != nil:
-		return -1, err
+	c, err := d.cfg.Admin.Connections(ctx, d.exclude)
+	if envoy.Refused(err) {
+		return envoy.Connections{}, nil
 	}
-	return n, nil
+	return c, err
 }
 
 // refreshEnvoyPorts asks Envoy for its listeners' ports now, falling back to

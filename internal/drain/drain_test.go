@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
 
@@ -18,7 +20,8 @@ import (
 // accepts every call and never answers, as an Envoy whose admin loop hangs.
 type fakeAdmin struct {
 	mu        sync.Mutex
-	conns     int
+	conns     int // busy ones
+	idle      int // idle keep-alives, besides
 	refused   bool
 	silent    bool
 	failPosts int // /drain_listeners fails this many times first
@@ -45,7 +48,7 @@ func (a *fakeAdmin) Post(ctx context.Context, path string, flags ...string) erro
 	return nil
 }
 
-func (a *fakeAdmin) ActiveConnections(ctx context.Context, exclude []uint16) (int, error) {
+func (a *fakeAdmin) Connections(ctx context.Context, exclude []uint16) (envoy.Connections, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.excluded = exclude
@@ -54,11 +57,11 @@ func (a *fakeAdmin) ActiveConnections(ctx context.Context, exclude []uint16) (in
 		a.mu.Unlock()
 		<-ctx.Done()
 		a.mu.Lock()
-		return 0, ctx.Err()
+		return envoy.Connections{}, ctx.Err()
 	case a.refused:
-		return 0, syscall.ECONNREFUSED
+		return envoy.Connections{}, syscall.ECONNREFUSED
 	}
-	return a.conns, nil
+	return envoy.Connections{Active: a.conns + a.idle, Busy: a.conns}, nil
 }
 
 func (a *fakeAdmin) ListenerPorts(ctx context.Context) ([]uint16, error) {
@@ -189,13 +192,16 @@ func TestDrainedOnlyAfterMinAndWhenAppAndEnvoyAreDone(t *testing.T) {
 	s.close()
 	time.Sleep(20 * time.Millisecond) // the app is gone; Envoy still holds 2
 	ended(res)
-	a.set(func(a *fakeAdmin) { a.conns = 0 })
-	clock.advance(DefaultStatsEvery) // Envoy is asked again
+	a.set(func(a *fakeAdmin) { a.conns, a.idle = 0, 3 }) // idle keep-alives do not hold it
+	clock.advance(DefaultStatsEvery)                     // Envoy is asked again
+	time.Sleep(20 * time.Millisecond)                    // the condition holds, not yet for the quiet period
+	ended(res)
+	clock.advance(DefaultQuiet)
 	r := within(t, res, 5*time.Second)
 	if r.End != Drained || !r.OK() {
 		t.Fatalf("end %q", r.End)
 	}
-	if want := 6*time.Second + DefaultStatsEvery; r.Took != want {
+	if want := 6*time.Second + DefaultStatsEvery + DefaultQuiet; r.Took != want {
 		t.Errorf("took %v by the drain's clock, want %v", r.Took, want)
 	}
 	a.mu.Lock()
@@ -220,7 +226,7 @@ func TestDrainWaitsForMinThoughAllIsDone(t *testing.T) {
 	a.posted(t, 1)
 	time.Sleep(20 * time.Millisecond)
 	ended(res)
-	clock.advance(5 * time.Second)
+	clock.advance(5 * time.Second) // the condition has held since the start
 	if r := within(t, res, 5*time.Second); r.End != Drained {
 		t.Fatalf("end %q", r.End)
 	}
@@ -293,5 +299,90 @@ func TestSilentAdminDoesNotOverrunTheBound(t *testing.T) {
 		if over := took - timeout; over > 50*time.Millisecond {
 			t.Errorf("a %v drain took %v: %v past its bound", timeout, took, over)
 		}
+	}
+}
+
+// A connection that opens within the quiet period (the app's upload, just
+// after it closed its listener) holds the drain again, and the quiet period
+// starts over once it is done.
+func TestQuietPeriodSeesALateConnection(t *testing.T) {
+	a, s, clock := &fakeAdmin{}, &fakeScanner{ports: []uint16{8080}}, &fakeClock{now: time.Unix(0, 0)}
+	cfg := config(a, s, clock)
+	cfg.Min = 0
+	res := start(cfg, nil)
+	a.posted(t, 1)
+	s.close()
+	time.Sleep(20 * time.Millisecond)
+	clock.advance(DefaultQuiet / 2)
+	a.set(func(a *fakeAdmin) { a.conns = 1 }) // the upload
+	clock.advance(DefaultStatsEvery)
+	time.Sleep(20 * time.Millisecond)
+	clock.advance(time.Second) // well past the first quiet period
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	a.set(func(a *fakeAdmin) { a.conns = 0 })
+	clock.advance(DefaultStatsEvery)
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	clock.advance(DefaultQuiet)
+	if r := within(t, res, 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+// A peer still running under exec holds the drain, past Min, until it has
+// ended; and no longer than the bound.
+func TestRunningPeerHoldsTheDrain(t *testing.T) {
+	var running atomic.Int32
+	running.Store(1)
+	a, s, clock := &fakeAdmin{}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	cfg := config(a, s, clock)
+	cfg.Running = func() int { return int(running.Load()) }
+	res := start(cfg, nil)
+	a.posted(t, 1)
+	clock.advance(10 * time.Second) // past Min, nothing listens, no connection
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	running.Store(0)
+	time.Sleep(20 * time.Millisecond)
+	clock.advance(DefaultQuiet)
+	if r := within(t, res, 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+
+	running.Store(1)
+	a, clock = &fakeAdmin{}, &fakeClock{now: time.Unix(0, 0)}
+	cfg = config(a, s, clock)
+	cfg.Running = func() int { return int(running.Load()) }
+	res = start(cfg, nil)
+	a.posted(t, 1)
+	clock.advance(cfg.Timeout)
+	if r := within(t, res, 5*time.Second); r.End != TimedOut {
+		t.Fatalf("a peer that never ends: end %q, want the bound", r.End)
+	}
+}
+
+// A re-check (SIGTERM after a preStop's drain ended) does not drain the
+// listeners again and ignores Min, but waits for busy connections within
+// its bound.
+func TestRecheckWaitsForConnectionsOnly(t *testing.T) {
+	a, s, clock := &fakeAdmin{conns: 1}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	cfg := config(a, s, clock)
+	cfg.Recheck = true
+	res := start(cfg, nil)
+	time.Sleep(20 * time.Millisecond)
+	ended(res)
+	a.set(func(a *fakeAdmin) { a.conns = 0 })
+	clock.advance(DefaultStatsEvery)
+	time.Sleep(20 * time.Millisecond)
+	clock.advance(DefaultQuiet)
+	r := within(t, res, 5*time.Second)
+	if r.End != Drained || r.Took >= cfg.Min {
+		t.Fatalf("end %q after %v; want drained, without Min", r.End, r.Took)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.posts) != 0 {
+		t.Errorf("a re-check posted %v", a.posts)
 	}
 }

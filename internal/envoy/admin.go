@@ -252,41 +252,122 @@ func parseStats(body []byte) map[string]uint64 {
 	return out
 }
 
-// ActiveConnections sums the downstream connections Envoy holds, the way
-// pilot-agent does: only the per-listener totals, not the per-worker copies,
-// not the admin listener's own (listener.admin.* and its main_thread copy)
-// and not the http.* counters (which count the
-// same connections again), and not listeners on the excluded ports (Istio's
-// own, such as 15090 and 15021, which the kubelet and Prometheus keep busy).
-func (a *Admin) ActiveConnections(ctx context.Context, exclude []uint16) (int, error) {
-	stats, err := a.Stats(ctx, `downstream_cx_active$`)
-	if err != nil {
-		return 0, err
-	}
-	return sumActive(stats, exclude), nil
+// Connections is what Envoy's stats say of the downstream connections that
+// can hold a drain.
+type Connections struct {
+	// Active is every downstream connection on the listeners counted.
+	Active int
+	// Busy is Active less the HTTP connections with no request in flight.
+	// Envoy's drain only puts "connection: close" on an HTTP/1
+	// connection's next response, so an idle keep-alive stays open until
+	// its client sends again or the idle timeout (an hour by default)
+	// closes it: counted as active, it would hold every drain to its
+	// bound (Istio #48409).
+	Busy int
 }
 
-func sumActive(stats map[string]uint64, exclude []uint16) int {
-	// Saturating: a garbled counter must not wrap the sum to zero or below
-	// and end a drain early.
-	var total uint64
+// istioQuietHCMs are the stat prefixes of the HTTP connection managers on
+// Istio's own listeners, whose connections never hold a drain: 15090
+// (Prometheus) and 15021 (the kubelet's probes).
+var istioQuietHCMs = map[string]uint16{"stats": 15090, "agent": 15021}
+
+// Connections counts the downstream connections Envoy holds, the way
+// pilot-agent does: only the per-listener totals, not the per-worker copies,
+// not the admin listener's own (listener.admin.* and its main_thread copy)
+// and not listeners on the excluded ports (Istio's own, such as 15090 and
+// 15021, which the kubelet and Prometheus keep busy). Of those, the HTTP
+// connection managers' (http.<prefix>.*) tell which are busy: a connection
+// of theirs is idle unless a request is in flight (downstream_rq_active; an
+// upgraded connection such as a WebSocket keeps its request active for its
+// whole life, and an HTTP/2 connection may carry several).
+func (a *Admin) Connections(ctx context.Context, exclude []uint16) (Connections, error) {
+	stats, err := a.Stats(ctx, `downstream_(cx|rq)_active$`)
+	if err != nil {
+		return Connections{}, err
+	}
+	return countConnections(stats, exclude), nil
+}
+
+// countConnections sums saturating: a garbled counter must not wrap a sum to
+// zero or below and end a drain early.
+func countConnections(stats map[string]uint64, exclude []uint16) Connections {
+	type hcm struct{ cx, rq uint64 }
+	var active uint64
+	hcms := map[string]*hcm{}
+	of := func(prefix string) *hcm {
+		h := hcms[prefix]
+		if h == nil {
+			h = &hcm{}
+			hcms[prefix] = h
+		}
+		return h
+	}
 	for name, v := range stats {
-		rest, ok := strings.CutPrefix(name, "listener.")
-		if !ok {
+		if rest, ok := strings.CutPrefix(name, "http."); ok {
+			if p, ok := strings.CutSuffix(rest, ".downstream_cx_active"); ok {
+				of(p).cx = v
+			} else if p, ok := strings.CutSuffix(rest, ".downstream_rq_active"); ok {
+				of(p).rq = v
+			}
 			continue
 		}
-		rest, ok = strings.CutSuffix(rest, ".downstream_cx_active")
-		if !ok || rest == "admin" || strings.HasPrefix(rest, "admin.") || strings.Contains(rest, ".worker_") || strings.HasPrefix(rest, "envoy_internal_") {
-			continue
-		}
-		if p, ok := statPort(rest); ok && slices.Contains(exclude, p) {
-			continue
-		}
-		if total += v; total < v || total > math.MaxInt {
-			return math.MaxInt
+		if rest, ok := strings.CutPrefix(name, "listener."); ok && countedListener(rest, exclude) {
+			active = addSat(active, v)
 		}
 	}
-	return int(total)
+	var idle, inFlight uint64
+	for prefix, h := range hcms {
+		if prefix == "admin" || quietHCM(prefix, exclude) {
+			continue
+		}
+		inFlight = addSat(inFlight, h.rq)
+		if h.cx > h.rq {
+			idle = addSat(idle, h.cx-h.rq)
+		}
+	}
+	busy := uint64(0)
+	if active > idle {
+		busy = active - idle
+	}
+	// A request in flight is busy whatever the subtraction says (a quiet
+	// HCM that was not recognized would make idle too large).
+	busy = max(busy, min(inFlight, active))
+	return Connections{Active: clampInt(active), Busy: clampInt(busy)}
+}
+
+// countedListener tells whether a listener's downstream_cx_active, named
+// here without its "listener." prefix, counts.
+func countedListener(rest string, exclude []uint16) bool {
+	rest, ok := strings.CutSuffix(rest, ".downstream_cx_active")
+	if !ok || rest == "admin" || strings.HasPrefix(rest, "admin.") || strings.Contains(rest, ".worker_") || strings.HasPrefix(rest, "envoy_internal_") {
+		return false
+	}
+	p, ok := statPort(rest)
+	return !ok || !slices.Contains(exclude, p)
+}
+
+// quietHCM tells whether an HTTP connection manager serves an excluded
+// listener: by the port its stat prefix ends with, or by Istio's names.
+func quietHCM(prefix string, exclude []uint16) bool {
+	if p, ok := istioQuietHCMs[prefix]; ok && slices.Contains(exclude, p) {
+		return true
+	}
+	p, ok := statPort(prefix)
+	return ok && slices.Contains(exclude, p)
+}
+
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+func clampInt(v uint64) int {
+	if v > math.MaxInt {
+		return math.MaxInt
+	}
+	return int(v)
 }
 
 // statPort reads the port of a listener's stat prefix, such as 0.0.0.0_15006

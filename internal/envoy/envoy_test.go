@@ -2,7 +2,12 @@ package envoy
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +102,10 @@ func TestTrackerNoticesDeath(t *testing.T) {
 	}
 }
 
+// A failed health check reads as DRAINING and a silent admin API as not
+// answering. The last answer moves with every answer, a 503 included, and
+// stops when the admin API falls silent: what liveness needs to see a hung
+// Envoy.
 func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{})
 	tr := track(t, a, false)
@@ -105,12 +114,23 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Reason == "DRAINING" })
+	before := time.Now()
+	for deadline := time.Now().Add(3 * time.Second); !tr.LastAnswer().After(before); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a 503 DRAINING is an answer, but the last answer did not move")
+		}
+	}
 	if err := a.Post(context.Background(), "/healthcheck/ok"); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
 	e.SetSilent(true)
 	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return s.Reason == "admin API does not answer" })
+	last := tr.LastAnswer()
+	time.Sleep(200 * time.Millisecond) // several polls, none answered
+	if got := tr.LastAnswer(); !got.Equal(last) {
+		t.Fatalf("the last answer moved from %v to %v while the admin API was silent", last, got)
+	}
 }
 
 func TestTrackerGoneIsFinal(t *testing.T) {
@@ -141,7 +161,7 @@ func TestStrictReadiness(t *testing.T) {
 	}
 }
 
-func TestSumActive(t *testing.T) {
+func TestCountConnections(t *testing.T) {
 	stats := map[string]uint64{
 		"listener.0.0.0.0_15006.downstream_cx_active":          3,
 		"listener.0.0.0.0_15006.worker_0.downstream_cx_active": 2,
@@ -150,19 +170,44 @@ func TestSumActive(t *testing.T) {
 		"listener.[__]_8443.downstream_cx_active":              1,
 		"listener.admin.downstream_cx_active":                  7,
 		"listener.admin.main_thread.downstream_cx_active":      7,
-		"http.inbound_0.0.0.0_15006.downstream_cx_active":      3,
 		"listener.0.0.0.0_15090.downstream_cx_active":          5,
 		"listener.0.0.0.0_15021.downstream_cx_active":          6,
 		"listener.envoy_internal_foo.downstream_cx_active":     9,
 		"listener.virtualInbound.downstream_cx_active":         2,
 		"cluster.x.upstream_cx_active":                         8,
+		"cluster.x.upstream_rq_active":                         8,
+		// Of 15006's 3: one request in flight on two HTTP connections.
+		"http.inbound_0.0.0.0_8080.downstream_cx_active": 2,
+		"http.inbound_0.0.0.0_8080.downstream_rq_active": 1,
+		// HTTP/2: three streams on one connection is busy, not -2 idle.
+		"http.outbound_0.0.0.0_80.downstream_cx_active": 1,
+		"http.outbound_0.0.0.0_80.downstream_rq_active": 3,
+		// Excluded listeners' HCMs: their idle connections were never counted.
+		"http.admin.downstream_cx_active": 7,
+		"http.stats.downstream_cx_active": 5,
+		"http.agent.downstream_cx_active": 6,
+		"http.agent.downstream_rq_active": 1,
 	}
-	if got := sumActive(stats, []uint16{15090, 15021}); got != 3+4+1+2 {
-		t.Fatalf("sum %d, want 10", got)
+	got := countConnections(stats, []uint16{15090, 15021})
+	if want := (Connections{Active: 3 + 4 + 1 + 2, Busy: 3 + 4 + 1 + 2 - 1}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// An HCM on an excluded listener that is not recognized by its name
+	// must not hide a busy connection: a request in flight is busy.
+	got = countConnections(map[string]uint64{
+		"listener.0.0.0.0_9000.downstream_cx_active":     1,
+		"http.mystats.downstream_cx_active":              3,
+		"http.inbound_0.0.0.0_9000.downstream_cx_active": 1,
+		"http.inbound_0.0.0.0_9000.downstream_rq_active": 1,
+	}, []uint16{15090})
+	if got.Busy != 1 {
+		t.Fatalf("a request in flight counted as %+v", got)
 	}
 }
 
-func TestActiveConnectionsFromRealConnections(t *testing.T) {
+// Connections on the fake Envoy's real sockets: the TCP proxy's are busy,
+// the HTTP listener's only while a request is in flight.
+func TestConnectionsFromRealConnections(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{Listeners: []fakeenvoy.Listener{
 		{Name: "in", Addr: "127.0.0.1:0", Inbound: true},
 		{Name: "tcp", Addr: "127.0.0.1:0", TCP: true},
@@ -179,16 +224,31 @@ func TestActiveConnectionsFromRealConnections(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}
-	want, n := len(conns), 0
-	if !proctest.Until(5*time.Second, func() bool {
-		var err error
-		if n, err = a.ActiveConnections(context.Background(), nil); err != nil {
-			t.Fatal(err)
+	waitConnections := func(want Connections) {
+		t.Helper()
+		var c Connections
+		if !proctest.Until(5*time.Second, func() bool {
+			var err error
+			if c, err = a.Connections(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			return c == want
+		}) {
+			t.Fatalf("connections %+v, want %+v", c, want)
 		}
-		return n == want
-	}) {
-		t.Fatalf("active %d, want %d", n, want)
 	}
+	// Three HTTP connections with no request yet, three TCP ones.
+	waitConnections(Connections{Active: 6, Busy: 3})
+	// An upload under way: its headers are in, its body is not.
+	if _, err := io.WriteString(conns[0], "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"); err != nil {
+		t.Fatal(err)
+	}
+	waitConnections(Connections{Active: 6, Busy: 4})
+	// Its end leaves a keep-alive connection, idle.
+	if _, err := io.WriteString(conns[0], "defghij"); err != nil {
+		t.Fatal(err)
+	}
+	waitConnections(Connections{Active: 6, Busy: 3})
 	for _, c := range conns {
 		c.Close()
 	}
@@ -230,5 +290,44 @@ func TestBound(t *testing.T) {
 	<-e.Bound()
 	if ok, err := a.Bound(context.Background()); !ok || err != nil {
 		t.Fatalf("silent admin: %v %v", ok, err)
+	}
+}
+
+// With a readiness URL beside Envoy's, ready needs both: Envoy LIVE and the
+// URL's 200. A URL that hangs is bounded by the poll.
+func TestTrackerAlsoAsksTheReadyURL(t *testing.T) {
+	var ok, hang atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			<-r.Context().Done()
+			return
+		}
+		if !ok.Load() {
+			http.Error(w, "Envoy proxy is NOT ready: DNS not ready", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	u, err := NewReadyURL(srv.URL + "/healthz/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, a := startEnvoy(t, fakeenvoy.Options{})
+	tr := NewTracker(a, TrackerConfig{ReadyEvery: 50 * time.Millisecond, Also: u.Check})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	st := waitStatus(t, tr, 5*time.Second, func(s Status) bool { return strings.Contains(s.Reason, "answered 503") })
+	if st.Ready || !strings.Contains(st.Reason, "DNS not ready") {
+		t.Fatalf("Envoy LIVE, the URL 503: %+v; want not ready with the URL's reason", st)
+	}
+	ok.Store(true)
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	hang.Store(true)
+	start := time.Now()
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return !s.Ready })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a hanging readiness URL took %v to withdraw readiness", d)
 	}
 }

@@ -11,6 +11,7 @@ func FuzzParseStats(f *testing.F) {
 	f.Add("listener.0.0.0.0_15006.downstream_cx_active: 3\nlistener.admin.downstream_cx_active: 1\n")
 	f.Add("cluster_manager.cds.update_success: 1\nP0(nan,0) P25(nan,0)\n")
 	f.Add("listener.[__]_8080.worker_0.downstream_cx_active: 18446744073709551615\n")
+	f.Add("listener.x_1.downstream_cx_active: 18446744073709551615\nlistener.y_2.downstream_cx_active: 5\nhttp.p.downstream_rq_active: 18446744073709551615\n")
 	f.Fuzz(func(t *testing.T, body string) {
 		stats := parseStats([]byte(body))
 		for name := range stats {
@@ -18,8 +19,8 @@ func FuzzParseStats(f *testing.F) {
 				t.Fatalf("name %q spans lines", name)
 			}
 		}
-		if n := sumActive(stats, []uint16{15090}); n < 0 {
-			t.Fatalf("negative sum %d", n)
+		if c := countConnections(stats, []uint16{15090}); c.Active < 0 || c.Busy < 0 || c.Busy > c.Active {
+			t.Fatalf("counted %+v", c)
 		}
 	})
 }

@@ -24,6 +24,10 @@ type TrackerConfig struct {
 	// by xDS reaches LIVE without any config once its initial fetch times
 	// out.
 	Strict bool
+	// Also, if set, is another readiness check asked once Envoy is ready
+	// (ReadyURL.Check): "" when ready too, else why not. It is bounded by
+	// the poll's context.
+	Also func(ctx context.Context) string
 	// StartEvery and ReadyEvery are the poll intervals before and after
 	// readiness; zero means the defaults.
 	StartEvery, ReadyEvery time.Duration
@@ -52,6 +56,7 @@ type Tracker struct {
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
 	ever    bool          // it has been ready once
+	heard   time.Time     // the admin API's last answer, whatever it said
 }
 
 // NewTracker returns a tracker of the proxy behind admin. It polls nothing
@@ -88,21 +93,38 @@ func (t *Tracker) EverReady() bool {
 	return t.ever
 }
 
+// LastAnswer is when the admin API last answered a poll, with any status;
+// zero before its first answer. A hung Envoy accepts connections and
+// answers nothing, so it is ready no longer, and this stops moving.
+func (t *Tracker) LastAnswer() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.heard
+}
+
 // Gone records that the proxy exited, with why. It is final: readiness is
 // withdrawn at once rather than at the next failed poll.
 func (t *Tracker) Gone(why string) {
 	t.mu.Lock()
-	t.gone = true
-	t.mu.Unlock()
-	t.set(Status{Reason: why})
+	defer t.mu.Unlock()
+	if !t.gone {
+		t.update(Status{Reason: why})
+		t.gone = true
+	}
 }
 
+// set publishes what a poll saw, unless the proxy is gone: Gone's status is
+// final, and a poll that was under way when it came says nothing new.
 func (t *Tracker) set(s Status) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.gone && s.Ready {
-		return
+	if !t.gone {
+		t.update(s)
 	}
+}
+
+// update publishes s if it is a change. The caller holds mu.
+func (t *Tracker) update(s Status) {
 	if s == t.status {
 		return
 	}
@@ -156,6 +178,12 @@ func (t *Tracker) poll(ctx context.Context) Status {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.ReadyEvery*9/10)
 	defer cancel()
 	state, ready, err := t.admin.ServerState(ctx)
+	var se *StatusError
+	if err == nil || errors.As(err, &se) {
+		t.mu.Lock()
+		t.heard = time.Now()
+		t.mu.Unlock()
+	}
 	switch {
 	case Refused(err):
 		return Status{Reason: "admin API refuses connections", Down: true}
@@ -168,6 +196,11 @@ func (t *Tracker) poll(ctx context.Context) Status {
 	}
 	if t.cfg.Strict {
 		if why := t.configured(ctx); why != "" {
+			return Status{Reason: why}
+		}
+	}
+	if t.cfg.Also != nil {
+		if why := t.cfg.Also(ctx); why != "" {
 			return Status{Reason: why}
 		}
 	}

@@ -26,7 +26,8 @@ func (e *Envoy) handleDrainListeners(w http.ResponseWriter, r *http.Request) {
 }
 
 // drainGracefully is Envoy's drain sequence: the listeners keep accepting for the drain
-// time while their HTTP connections are told to close, then they stop unless skip_exit.
+// time while their HTTP connections are told to close on their next response, then they
+// stop unless skip_exit.
 // TCP proxies never act on it. A drain that is already under way for the same scope
 // changes nothing.
 func (e *Envoy) drainGracefully(inboundOnly, skipExit bool) {
@@ -68,16 +69,16 @@ func (e *Envoy) stopListeners(inboundOnly bool) {
 }
 
 // scheduleDrain gives an HTTP connection the moment from which the drain tells it to
-// close. Under "immediate" that is the drain's start. Under "gradual" Envoy closes a
-// growing share of connections as the drain time passes; a moment drawn uniformly over
-// the drain time gives the same share. Called with e.mu held.
+// close. Under "immediate" that is the drain's start. Under "gradual" Envoy tells a
+// growing share of responses to close as the drain time passes; a moment drawn
+// uniformly over the drain time gives the same share. Nothing happens at that moment:
+// the connection's next response carries "connection: close". Called with e.mu held.
 func (l *dataListener) scheduleDrain(c *dataConn) {
 	due := l.drainStart
 	if d := l.e.opts.DrainTime; l.e.opts.DrainStrategy == "gradual" && d > 0 {
 		due = due.Add(rand.N(d))
 	}
 	c.due = due
-	c.timer = time.AfterFunc(time.Until(due), c.closeIfIdle)
 }
 
 // drainCloseDue tells whether the response being written must carry

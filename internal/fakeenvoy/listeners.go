@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -118,14 +117,7 @@ type dataConn struct {
 	nc    net.Conn
 	stats cxStats
 
-	// Guarded by l.e.mu.
-	due   time.Time // when a drain tells this connection to close
-	timer *time.Timer
-
-	mu     sync.Mutex
-	idle   bool // waiting for the first byte of a request
-	served int
-	closed bool
+	due time.Time // when a drain tells this connection to close; guarded by l.e.mu
 }
 
 func (l *dataListener) track(nc net.Conn) *dataConn {
@@ -155,13 +147,7 @@ func (l *dataListener) untrack(c *dataConn) {
 	e := l.e
 	e.mu.Lock()
 	delete(l.conns, c)
-	if c.timer != nil {
-		c.timer.Stop()
-	}
 	e.mu.Unlock()
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
 	c.nc.Close()
 	c.stats.closed()
 	l.active.Add(-1)
@@ -174,7 +160,11 @@ func (l *dataListener) serveTCP(c *dataConn) {
 }
 
 // serveHTTP is a minimal HTTP/1.1 connection manager: every request gets a 200, and a
-// drain (or a failed health check) puts "connection: close" on the next response.
+// drain (or a failed health check) puts "connection: close" on the next response. As in
+// Envoy, that is all a drain does to an HTTP/1 connection: a keep-alive connection with
+// no request in flight stays open (counted in downstream_cx_active, not in
+// downstream_rq_active) until its client sends again or closes it. A request is active
+// from its headers to the end of its response, its body's upload included.
 func (l *dataListener) serveHTTP(c *dataConn) {
 	scope := l.httpScope()
 	rqActive := l.e.stats.gauge(scope + ".downstream_rq_active")
@@ -182,16 +172,10 @@ func (l *dataListener) serveHTTP(c *dataConn) {
 	drainClose := l.e.stats.counter(scope + ".downstream_cx_drain_close")
 	br := bufio.NewReader(c.nc)
 	for {
-		if !c.setIdle(true) {
-			return
-		}
-		if _, err := br.Peek(1); err != nil {
-			return
-		}
-		if !c.setIdle(false) {
-			return
-		}
 		req, err := http.ReadRequest(br)
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			return
+		}
 		if err != nil {
 			io.WriteString(c.nc, httpResponse(http.StatusBadRequest, "Bad Request", false, true))
 			return
@@ -205,9 +189,6 @@ func (l *dataListener) serveHTTP(c *dataConn) {
 		_, werr := io.WriteString(c.nc, httpResponse(http.StatusOK, body, req.Method == http.MethodHead, closing))
 		rqActive.add(-1)
 		rqTotal.add(1)
-		c.mu.Lock()
-		c.served++
-		c.mu.Unlock()
 		if werr != nil {
 			return
 		}
@@ -237,28 +218,6 @@ func httpResponse(code int, body string, head, closing bool) string {
 	return b.String()
 }
 
-func (c *dataConn) setIdle(idle bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.idle = idle
-	return !c.closed
-}
-
-// closeIfIdle is the drain reaching a keep-alive connection between requests. A
-// connection that never sent a request is left alone: closing it would fail the
-// request its client is about to send.
-func (c *dataConn) closeIfIdle() {
-	c.mu.Lock()
-	if c.closed || !c.idle || c.served == 0 {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	c.mu.Unlock()
-	c.nc.Close()
-	c.l.e.stats.counter(c.l.httpScope() + ".downstream_cx_drain_close").add(1)
-}
-
 // stop is Envoy's stopListeners for this listener: no more accepts, connections stay.
 func (l *dataListener) stop() {
 	e := l.e
@@ -286,9 +245,6 @@ func (l *dataListener) closeAll() {
 	}
 	l.sock.close()
 	for c := range l.conns {
-		if c.timer != nil {
-			c.timer.Stop()
-		}
 		c.nc.Close()
 	}
 }

@@ -16,10 +16,10 @@ import (
 )
 
 func TestHealthServer(t *testing.T) {
-	ready, why := false, "PRE_INITIALIZING"
+	ready, why, live := false, "PRE_INITIALIZING", true
 	reg := metrics.NewRegistry()
 	reg.Gauge("proxy_supervisor_proxy_ready", "x").Set(1)
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return ready, why }, reg)
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return ready, why }, func() (bool, string) { return live, "hung" }, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +44,10 @@ func TestHealthServer(t *testing.T) {
 	}
 	if code, _ := get("/healthz/live"); code != 200 {
 		t.Fatalf("live: %d", code)
+	}
+	live = false
+	if code, body := get("/healthz/live"); code != 503 || !strings.Contains(body, "not live: hung") {
+		t.Fatalf("not live: %d %q", code, body)
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "proxy_supervisor_proxy_ready 1") {
 		t.Fatalf("metrics: %d %q", code, body)
@@ -78,7 +82,7 @@ func countConns(s *Server) (accepted, closed *atomic.Int32) {
 // Slow clients are cut off at the header timeout and cannot pin more than
 // maxConns goroutines and descriptors.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

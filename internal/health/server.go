@@ -33,8 +33,8 @@ const (
 	perSource = 16
 )
 
-// ReadyFunc says whether the pod may be sent traffic, and why not.
-type ReadyFunc func() (ready bool, why string)
+// Check answers a probe: ok, or why not.
+type Check func() (ok bool, why string)
 
 // Server is the TCP health server. It has no endpoint that changes anything:
 // under Istio, redirected traffic reaches local ports from 127.0.0.6, so a
@@ -46,27 +46,19 @@ type Server struct {
 }
 
 // Listen binds addr (such as :15022) and returns a server ready to Serve.
-func Listen(addr string, ready ReadyFunc, reg *metrics.Registry) (*Server, error) {
+// ready says whether the pod may be sent traffic, live whether the
+// container is fit to keep running; a nil live always says so.
+func Listen(addr string, ready, live Check, reg *metrics.Registry) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health server: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		ok, why := ready()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %s\n", why)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "live")
-	})
+	if live == nil {
+		live = func() (bool, string) { return true, "" }
+	}
+	mux.HandleFunc("GET /healthz/ready", probe(ready, "ready"))
+	mux.HandleFunc("GET /healthz/live", probe(live, "live"))
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		reg.WriteTo(w)
@@ -82,6 +74,21 @@ func Listen(addr string, ready ReadyFunc, reg *metrics.Registry) (*Server, error
 		},
 		ln: newFairListener(ln, maxConns, perSource),
 	}, nil
+}
+
+// probe answers a probe from check: 200 and name, or 503 and why not.
+func probe(check Check, name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		ok, why := check()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not %s: %s\n", name, why)
+			return
+		}
+		fmt.Fprintln(w, name)
+	}
 }
 
 // Addr is the bound address.

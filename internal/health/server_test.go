@@ -16,7 +16,7 @@ import (
 // ends, and returns its address.
 func serveReady(t *testing.T) string {
 	t.Helper()
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, metrics.NewRegistry())
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

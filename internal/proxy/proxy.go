@@ -55,7 +55,12 @@ type Config struct {
 	StopTimeout time.Duration
 	// Escalated, if set, is told of every signal the stop sequence sends.
 	Escalated func(syscall.Signal)
-	Log       *slog.Logger
+	// LeaderExited, if set, is called when the group's leader has exited
+	// and before what it left in its group is killed: what is still
+	// running then (an Envoy under a pilot-agent that exited) outlived the
+	// leader, and what is gone died first.
+	LeaderExited func()
+	Log          *slog.Logger
 }
 
 // Process is a started proxy. Its methods are safe for concurrent use.
@@ -128,6 +133,9 @@ func (p *Process) Wait() reaper.Exit {
 	p.state = Exited
 	p.mu.Unlock()
 	close(p.exited)
+	if p.cfg.LeaderExited != nil {
+		p.cfg.LeaderExited()
+	}
 	p.signal(syscall.SIGKILL)
 	return e
 }

@@ -222,3 +222,35 @@ func TestDrainSharedAndBoundedWait(t *testing.T) {
 		t.Error("the waiting preStop got no answer")
 	}
 }
+
+// A SIGTERM that comes after a preStop's drain ended checks Envoy's
+// connections again: one the app opened since holds the stop until it
+// closes, within what is left of the bound.
+func TestSigtermAfterAnEndedDrainChecksAgain(t *testing.T) {
+	envoyPort := proctest.FreePort(t)
+	h := startSupervisor(t, func(h *harness, c *Config) { c.DrainTimeout = 20 * time.Second },
+		"--listener", fmt.Sprintf("in=127.0.0.1:%d,inbound,tcp", envoyPort))
+	h.waitReady()
+	if ok, why := h.s.Drain(context.Background()); !ok {
+		t.Fatalf("preStop drain: %s", why)
+	}
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", envoyPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("echo through the fake Envoy: %v", err)
+	}
+	h.signal(syscall.SIGTERM)
+	h.eventually("SIGTERM re-checked the drain", func() bool { return h.logged("drain re-checked") })
+	h.running(notEnded)
+	c.Close()
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+}

@@ -54,8 +54,9 @@ var next = map[Phase][]Phase{
 // drainRun is the termination's one drain: the preStop hook and SIGTERM,
 // whichever comes first, start it, and both wait on the same end.
 type drainRun struct {
-	done   chan struct{}
-	result drain.Result // written before done is closed
+	done    chan struct{}
+	started time.Time    // written before the drain runs
+	result  drain.Result // written before done is closed
 	// thenStop: the proxy is to stop when the drain ends (SIGTERM asked for
 	// it, not only a preStop). Guarded by the lifecycle's mutex.
 	thenStop bool
@@ -141,16 +142,18 @@ func (l *lifecycle) beginDrain(trigger string, thenStop bool) (run *drainRun, is
 	if _, ok := l.moveLocked(Draining, trigger); !ok {
 		return nil, false, false
 	}
-	l.drain = &drainRun{done: make(chan struct{}), thenStop: thenStop}
+	l.drain = &drainRun{done: make(chan struct{}), started: time.Now(), thenStop: thenStop}
 	return l.drain, true, thenStop
 }
 
-// noteEnvoyDown records when a ready Envoy stopped answering, unless the
-// proxy is being stopped (then that is expected) or it was noted already.
+// noteEnvoyDown records when a ready Envoy stopped answering: only once the
+// proxy has been ready (a port that refuses before that is a proxy still
+// starting), not once it is being stopped (then that is expected), and only
+// the first time.
 func (l *lifecycle) noteEnvoyDown(at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.phase < Stopping && l.envoyDown.IsZero() {
+	if (l.phase == Ready || l.phase == Draining) && l.envoyDown.IsZero() {
 		l.envoyDown = at
 	}
 }

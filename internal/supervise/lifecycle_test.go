@@ -437,21 +437,59 @@ func TestRunningRecordThenFinish(t *testing.T) {
 }
 
 // A pilot-agent-like child exits 0 after the Envoy under it died: the code
-// is the child's, and Envoy's death is logged with the exit. (With
+// is the child's, and Envoy's death is logged with the exit, whether the
+// tracker saw the admin port refuse first or not (pilot-agent exits within
+// milliseconds, well inside the tracker's poll of a ready proxy). (With
 // FailOnEnvoyDeath an unasked 0 is 1: TestProxyExitsByItself.)
 func TestEnvoyDeathUnderTheChild(t *testing.T) {
-	h := setup(t, func(h *harness, c *Config) {
-		ready := filepath.Join(proctest.ShortDir(t), "ready")
-		// The tracker polls a ready Envoy every 100 ms here, so the agent
-		// outlives its Envoy by more than that.
-		script := fmt.Sprintf(`"$0" --admin-addr 127.0.0.1:%d --ready-file %s >/dev/null 2>&1 &
+	for _, tt := range []struct {
+		name      string
+		outlives  string        // how long the child outlives its Envoy
+		poll      time.Duration // the tracker's poll of a ready proxy
+		trackerAt bool          // the tracker sees the death first
+	}{
+		{"after the tracker's poll", "0.5", 100 * time.Millisecond, true},
+		{"within the tracker's poll", "0.02", time.Minute, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := setup(t, func(h *harness, c *Config) {
+				ready := filepath.Join(proctest.ShortDir(t), "ready")
+				script := fmt.Sprintf(`"$0" --admin-addr 127.0.0.1:%d --ready-file %s >/dev/null 2>&1 &
 p=$!
 exec 2>/dev/null
 while [ ! -e %s ]; do sleep 0.02; done
 sleep 0.2
 kill -KILL $p
 wait $p
-sleep 0.5
+sleep %s
+exit 0`, h.adminPort, ready, ready, tt.outlives)
+				c.Command = []string{"/bin/sh", "-c", script, envoyBin}
+				c.Intervals.TrackerReady = tt.poll
+			})
+			h.start()
+			h.waitReady()
+			if code := h.wait(5 * time.Second); code != 0 {
+				t.Fatalf("Run = %d, want the child's 0", code)
+			}
+			if !h.logged("proxy exited", "envoy_died_at", "") {
+				t.Error("Envoy's death under the child was not logged with its exit")
+			}
+			if tt.trackerAt && !h.logged("proxy not ready") {
+				t.Error("Envoy's death was not logged when the tracker saw it")
+			}
+		})
+	}
+}
+
+// An Envoy that outlives its exiting child is killed with the group; that
+// is not its death.
+func TestEnvoyAliveAtTheChildsExit(t *testing.T) {
+	h := setup(t, func(h *harness, c *Config) {
+		ready := filepath.Join(proctest.ShortDir(t), "ready")
+		script := fmt.Sprintf(`"$0" --admin-addr 127.0.0.1:%d --ready-file %s >/dev/null 2>&1 &
+exec 2>/dev/null
+while [ ! -e %s ]; do sleep 0.02; done
+sleep 0.2
 exit 0`, h.adminPort, ready, ready)
 		c.Command = []string{"/bin/sh", "-c", script, envoyBin}
 	})
@@ -460,11 +498,8 @@ exit 0`, h.adminPort, ready, ready)
 	if code := h.wait(5 * time.Second); code != 0 {
 		t.Fatalf("Run = %d, want the child's 0", code)
 	}
-	if !h.logged("proxy exited", "envoy_died_at", "") {
-		t.Error("Envoy's death under the child was not logged with its exit")
-	}
-	if !h.logged("proxy not ready") {
-		t.Error("Envoy's death was not logged when the tracker saw it")
+	if h.logged("proxy exited", "envoy_died_at", "") {
+		t.Error("an Envoy alive at the child's exit was logged as dead")
 	}
 }
 

@@ -118,8 +118,9 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 		// The host's own listeners must not hold a drain: only appPort is
 		// the app's.
 		Owner: portwatch.Owner{ProxyUID: -1, AdminPort: h.adminPort, AppPorts: []uint16{h.appPort}},
-		// Polls that would take a second in production take a tenth here.
-		Intervals: Intervals{TrackerReady: 100 * time.Millisecond, Rescan: 100 * time.Millisecond, DrainProgress: 100 * time.Millisecond},
+		// Polls that would take a second in production take a tenth here,
+		// and the drain's quiet period a third.
+		Intervals: Intervals{TrackerReady: 100 * time.Millisecond, Rescan: 100 * time.Millisecond, DrainProgress: 100 * time.Millisecond, DrainQuiet: 100 * time.Millisecond},
 		Log:       slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if mod != nil {

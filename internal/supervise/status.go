@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
@@ -89,6 +90,22 @@ func (s *Supervisor) healthReady() (bool, string) {
 		return false, "draining"
 	case !st.Ready:
 		return false, st.Reason
+	}
+	return true, ""
+}
+
+// healthLive is what /healthz/live answers: a proxy that was ready and has
+// not answered its admin API for HungAfter is hung, and only a restart of
+// the container ends that. It is live while starting (the startup probe's
+// business), draining or stopping (a restart then would cut the drain
+// short, and the stop is bounded anyway).
+func (s *Supervisor) healthLive() (bool, string) {
+	if s.cfg.HungAfter <= 0 || s.life.view().phase != Ready {
+		return true, ""
+	}
+	last := s.tracker.LastAnswer()
+	if d := time.Since(last); !last.IsZero() && d > s.cfg.HungAfter {
+		return false, fmt.Sprintf("the proxy's admin API has not answered for %v (bound %v)", d.Round(time.Second), s.cfg.HungAfter)
 	}
 	return true, ""
 }

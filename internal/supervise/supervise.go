@@ -38,8 +38,9 @@ type Config struct {
 	Command []string // the proxy and its arguments
 
 	Admin       *envoy.Admin
-	StrictReady bool   // also require CDS, LDS and started workers
-	HealthAddr  string // "" disables the health server
+	StrictReady bool            // also require CDS, LDS and started workers
+	ExtraReady  *envoy.ReadyURL // also require its 200 (pilot-agent's readiness); nil: none
+	HealthAddr  string          // "" disables the health server
 	ControlDir  string
 	AllowedUIDs []uint32
 
@@ -60,6 +61,9 @@ type Config struct {
 	// preStop or SIGTERM of a pod deletion; zero means
 	// DefaultDeletionWindow.
 	DeletionWindow time.Duration
+	// HungAfter: /healthz/live fails once a proxy that was ready has not
+	// answered its admin API for this long; zero keeps it live.
+	HungAfter time.Duration
 
 	Intervals Intervals
 	Log       *slog.Logger
@@ -72,6 +76,7 @@ type Intervals struct {
 	Rescan                     time.Duration // completion.DefaultRescan
 	DrainTick, DrainStats      time.Duration // drain.DefaultTick, DefaultStatsEvery
 	DrainProgress              time.Duration // drain.DefaultProgress
+	DrainQuiet                 time.Duration // drain.DefaultQuiet
 }
 
 // Supervisor runs one proxy. Use New, then Run once.
@@ -112,8 +117,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
+	var also func(context.Context) string
+	if cfg.ExtraReady != nil {
+		also = cfg.ExtraReady.Check
+	}
 	s.tracker = envoy.NewTracker(cfg.Admin, envoy.TrackerConfig{
 		Strict:     cfg.StrictReady,
+		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
 		OnChange:   s.readinessChanged,
@@ -161,12 +171,13 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
-		Command:     s.cfg.Command,
-		Quit:        func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
-		QuitGrace:   s.cfg.QuitGrace,
-		StopTimeout: s.cfg.StopTimeout,
-		Escalated:   s.m.escalated,
-		Log:         s.log,
+		Command:      s.cfg.Command,
+		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
+		QuitGrace:    s.cfg.QuitGrace,
+		StopTimeout:  s.cfg.StopTimeout,
+		Escalated:    s.m.escalated,
+		LeaderExited: s.checkEnvoyAtExit,
+		Log:          s.log,
 	})
 	if err != nil {
 		closeAll(sock, hs)
@@ -194,7 +205,7 @@ func (s *Supervisor) listen() (*control.Server, *health.Server, error) {
 	if s.cfg.HealthAddr == "" {
 		return sock, nil, nil
 	}
-	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.m.reg)
+	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg)
 	if err != nil {
 		sock.Close()
 		return nil, nil, err
@@ -276,7 +287,6 @@ func (s *Supervisor) waitProxy() error {
 	e := s.proc.Wait()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
-	s.tracker.Gone("proxy exited")
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
 	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
 
@@ -290,6 +300,29 @@ func (s *Supervisor) waitProxy() error {
 		s.m.completionTo.Set(time.Since(at).Seconds())
 	}
 	return nil
+}
+
+// envoyProbeMax bounds the look at the admin port when the proxy exits. A
+// loopback connect is answered at once; an admin API elsewhere gets no more
+// than this.
+const envoyProbeMax = 50 * time.Millisecond
+
+// checkEnvoyAtExit runs when the proxy's leader has exited, before what it
+// left in its group is killed. pilot-agent exits 0 within milliseconds of
+// Envoy's death, well inside the tracker's poll of a ready proxy, so the
+// tracker has usually not seen the admin port refuse: a port that refuses
+// now says Envoy died first, and the exit is logged as its death.
+func (s *Supervisor) checkEnvoyAtExit() {
+	if s.tracker.EverReady() {
+		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
+		defer cancel()
+		if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
+			s.life.noteEnvoyDown(time.Now())
+		}
+	}
+	// Before the group is killed: what the tracker sees after this is the
+	// kill, not a death.
+	s.tracker.Gone("proxy exited")
 }
 
 // stop moves to Stopping and starts the proxy's stop sequence, once.
@@ -372,7 +405,9 @@ func (s *Supervisor) learnEnvoyPorts() {
 
 // drain starts the termination's drain, or joins the one under way, and
 // returns it; nil when the proxy is already stopping. With thenStop the
-// proxy stops when the drain ends.
+// proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
+// ended already checks again first, within what is left of the bound, since
+// the app may have opened connections since.
 func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 	run, isNew, stopOwner := s.life.beginDrain(trigger, thenStop)
 	if run == nil {
@@ -384,20 +419,30 @@ func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 		s.log.Info("drain already started", "trigger", trigger)
 	}
 	if stopOwner {
+		ended := !isNew && isClosed(run.done)
 		go func() {
 			<-run.done
+			if ended {
+				s.recheckDrain(run, trigger)
+			}
 			s.stop(trigger)
 		}()
 	}
 	return run
 }
 
-func (s *Supervisor) runDrain(run *drainRun, trigger string) {
-	var learned []uint16
-	if p := s.envoyPorts.Load(); p != nil {
-		learned = *p
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	run.result = drain.Run(drain.Config{
+}
+
+// drainConfig is the drain's config for one trigger.
+func (s *Supervisor) drainConfig(trigger string) drain.Config {
+	return drain.Config{
 		Admin:           s.cfg.Admin,
 		Scanner:         s.scanner,
 		Owner:           s.cfg.Owner,
@@ -405,11 +450,46 @@ func (s *Supervisor) runDrain(run *drainRun, trigger string) {
 		Timeout:         s.cfg.DrainTimeout,
 		InboundOnly:     s.cfg.DrainInboundOnly,
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
+		Running:         s.peersRunning,
 		Tick:            s.cfg.Intervals.DrainTick,
 		StatsEvery:      s.cfg.Intervals.DrainStats,
 		Progress:        s.cfg.Intervals.DrainProgress,
+		Quiet:           s.cfg.Intervals.DrainQuiet,
 		Log:             s.log.With("trigger", trigger),
-	}, learned, s.book.Settled())
+	}
+}
+
+// learnedPorts are Envoy's listeners' ports learned when it was ready.
+func (s *Supervisor) learnedPorts() []uint16 {
+	if p := s.envoyPorts.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Supervisor) runDrain(run *drainRun, trigger string) {
+	run.result = drain.Run(s.drainConfig(trigger), s.learnedPorts(), s.book.Settled())
 	s.m.drained(run.result)
 	close(run.done)
+}
+
+// recheckDrain waits again for the drain's condition, within what is left
+// of the first drain's bound: the listeners are drained already.
+func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
+	cfg := s.drainConfig(trigger)
+	cfg.Recheck = true
+	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
+	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
+}
+
+// peersRunning counts the peers that still run under exec.
+func (s *Supervisor) peersRunning() int {
+	ps, _ := s.book.Peers()
+	n := 0
+	for _, p := range ps {
+		if p.Running {
+			n++
+		}
+	}
+	return n
 }

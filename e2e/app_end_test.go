@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// outbound is an HTTP listener of the fake Envoy that the drain leaves
+// accepting (it drains inbound listeners only): the way out for the app's
+// uploads.
+const outbound = "outbound=127.0.0.1:9001"
+
+type uploaded struct {
+	code int
+	err  error
+	at   time.Time
+}
+
+// upload starts a POST through Envoy's outbound listener whose body takes d
+// to send, as an app uploading its logs, and returns its result's channel.
+func (p *pod) upload(d time.Duration) <-chan uploaded {
+	out := make(chan uploaded, 1)
+	go func() {
+		code, err := p.post(d)
+		out <- uploaded{code, err, time.Now()}
+	}()
+	return out
+}
+
+func (p *pod) post(d time.Duration) (int, error) {
+	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9001")
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	const chunks = 10
+	c.SetDeadline(time.Now().Add(d + 10*time.Second))
+	if _, err := fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: s3\r\nContent-Length: %d\r\n\r\n", chunks); err != nil {
+		return 0, err
+	}
+	for range chunks {
+		time.Sleep(d / chunks) // the upload's pace
+		if _, err := c.Write([]byte("x")); err != nil {
+			return 0, fmt.Errorf("upload cut: %w", err)
+		}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, fmt.Errorf("upload's answer: %w", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func (u uploaded) check(t *testing.T) {
+	t.Helper()
+	if u.err != nil || u.code != 200 {
+		t.Fatalf("the upload after the app closed its listener: %d, %v; want 200", u.code, u.err)
+	}
+}
+
+// outlives asserts that sup exits 0, and only after the upload's end.
+func outlives(t *testing.T, sup *proc, up <-chan uploaded) {
+	t.Helper()
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+	exited := time.Now()
+	u := <-up
+	u.check(t)
+	if exited.Before(u.at) {
+		t.Fatalf("the proxy exited %v before the upload ended", u.at.Sub(exited))
+	}
+}
+
+// An app without exec closes its listener on SIGTERM and opens its upload
+// through the proxy a moment later: the drain's quiet period sees it, and
+// the proxy stays until the upload is done.
+func TestUploadAfterCloseWithoutExec(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
+	p.waitHTTP(readyURL, 200, soon)
+	ln := p.listen("tcp", "127.0.0.1:8080")
+	sup.signal(syscall.SIGTERM)
+	sup.waitLog(`msg="drain started"`, soon)
+	ln.Close()
+	time.Sleep(100 * time.Millisecond) // the app's gap between its close and its upload
+	up := p.upload(1500 * time.Millisecond)
+	outlives(t, sup, up)
+}
+
+// An app under exec is known to run until its record is final: it holds
+// the drain however long it waits before its upload.
+func TestUploadAfterCloseUnderExec(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
+	ln := p.listen("tcp", "127.0.0.1:8080")
+	app := p.app("app", nil, "sleep 3; exit 0")
+	sup.waitLog(`msg="peer running"`, soon)
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	sup.waitLog(`msg="drain started"`, soon)
+	ln.Close()
+	time.Sleep(time.Second) // longer than any quiet period
+	up := p.upload(500 * time.Millisecond)
+	u := <-up
+	u.check(t)
+	if code := app.exit(soon); code != 0 {
+		t.Fatalf("app exit %d", code)
+	}
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+	if !strings.Contains(sup.out.String(), "peers_running=1") {
+		t.Error("the drain's progress never said a peer was still running")
+	}
+}
+
+// An idle keep-alive connection (a request served, none in flight) does not
+// hold the drain to its bound: Envoy's drain would leave it open for an hour.
+func TestIdleKeepAliveDoesNotHoldTheDrain(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
+		"--listener", "inbound=127.0.0.1:9000,inbound")
+	p.waitHTTP(readyURL, 200, soon)
+	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: app\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.Close {
+		t.Fatalf("keep-alive request: %v, close %v", err, resp != nil && resp.Close)
+	}
+	resp.Body.Close()
+	start := time.Now()
+	hook := p.prestop()
+	if code := hook.exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("prestop took %v; an idle keep-alive held it", d)
+	}
+	if !strings.Contains(sup.out.String(), "drained") {
+		t.Fatalf("the drain did not end drained:\n%s", sup.out.String())
+	}
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+// A SIGTERM that comes after the preStop's drain ended checks Envoy's
+// connections again: an upload the app started since keeps the proxy.
+func TestSigtermAfterPrestopWaitsForTheUpload(t *testing.T) {
+	p := newPod(t)
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
+	p.waitHTTP(readyURL, 200, soon)
+	if code := p.prestop().exit(soon); code != 0 {
+		t.Fatal("prestop failed")
+	}
+	up := p.upload(1500 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the upload is under way
+	sup.signal(syscall.SIGTERM)
+	outlives(t, sup, up)
+}

@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const liveURL = "http://127.0.0.1:15022/healthz/live"
+
+// stays asserts that url answers want on every probe for d.
+func (p *pod) stays(url string, want int, d time.Duration) {
+	p.t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if code, body := p.get(url); code != want {
+			p.t.Fatalf("%s answered %d %q, want %d throughout", url, code, body, want)
+		}
+	}
+}
+
+// A ready Envoy whose admin API stops answering fails liveness after
+// --hung-after, so that a livenessProbe restarts it; it is live again once
+// it answers.
+func TestLivenessSeesAHungEnvoy(t *testing.T) {
+	p := newPod(t)
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise([]string{"--drain-min", "0s", "--hung-after", "2s"}, "--control", ctl)
+	p.waitHTTP(readyURL, 200, soon)
+	p.stays(liveURL, 200, 300*time.Millisecond)
+	fixture(t, ctl, "silent on")
+	hung := time.Now()
+	body := p.waitHTTP(liveURL, 503, soon)
+	if d := time.Since(hung); d < time.Second { // the last answer was at most a poll (1 s) before
+		t.Fatalf("liveness failed %v after the admin API fell silent, before --hung-after 2s less a poll", d)
+	}
+	if !strings.Contains(body, "has not answered") {
+		t.Fatalf("503 without the reason: %q", body)
+	}
+	fixture(t, ctl, "silent off")
+	p.waitHTTP(liveURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
+
+// Liveness never fails while the proxy starts (however long its admin API
+// is silent) or while it drains.
+func TestLivenessHoldsWhileStartingAndDraining(t *testing.T) {
+	p := newPod(t)
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s", "--hung-after", "500ms"},
+		"--silent-for", "2s", "--control", ctl)
+	sup.waitLog("proxy started", soon)
+	p.stays(liveURL, 200, 1500*time.Millisecond)
+	p.waitHTTP(readyURL, 200, soon)
+	ln := p.listen("tcp", "127.0.0.1:8080") // holds the drain
+	hook := p.prestop("--timeout", "20s")
+	sup.waitLog(`msg="drain started"`, soon)
+	fixture(t, ctl, "silent on")
+	p.stays(liveURL, 200, 2*time.Second)
+	fixture(t, ctl, "silent off")
+	ln.Close()
+	if code := hook.exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	}
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}
