@@ -35,7 +35,11 @@ func TestAlwaysKeepsTheProxyWhenTheAppExits(t *testing.T) {
 			sup.stays("keeping the proxy for its restart (--restart-policy Always)")
 			p.waitHTTP(readyURL, 200, soon)
 			// The kubelet restarts the app; it runs through the same proxy.
-			p.app("app", nil, "echo restarted; exec sleep 60").waitLog("restarted", soon)
+			app := p.app("app", nil, "echo restarted; exec sleep 60")
+			app.waitLog("restarted", soon)
+			// The pod's deletion: the kubelet sends every container SIGTERM.
+			// The running app holds the drain until it has ended.
+			app.signal(syscall.SIGTERM)
 			sup.deleted()
 		})
 	}
