@@ -41,7 +41,7 @@ func (d Dir) Notify() (*Notifier, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify %s: %w", d.path, err)
 	}
-	return &Notifier{f: os.NewFile(uintptr(fd), "inotify:"+d.path), buf: make([]byte, 16<<10)}, nil
+	return &Notifier{f: os.NewFile(uintptr(fd), "inotify:"+d.path), buf: make([]byte, 4<<10)}, nil
 }
 
 // ErrOverflow means events were lost (the kernel's queue overflowed): the
