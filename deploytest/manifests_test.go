@@ -458,6 +458,37 @@ func checkSecurity(t *testing.T, spec *corev1.PodSpec, p *proxy) {
 	if uid := p.c.SecurityContext.RunAsUser; uid != nil && p.flag("proxy-uid", "") != strconv.FormatInt(*uid, 10) {
 		t.Errorf("--proxy-uid=%s, the proxy runs as %d", p.flag("proxy-uid", ""), *uid)
 	}
+	checkTrust(t, spec, p)
+}
+
+// checkTrust: every app container that runs a client of the control socket
+// trusts the uid the supervisor runs as. A client trusts root, its own uid
+// and 1337 (Istio's proxy), and the uids in PROXY_SUPERVISOR_SUPERVISOR_UID;
+// a socket served by any other uid is refused, so a pod that misses this
+// never gets past its first wait.
+func checkTrust(t *testing.T, spec *corev1.PodSpec, p *proxy) {
+	t.Helper()
+	sup := p.c.SecurityContext.RunAsUser
+	if sup == nil {
+		return
+	}
+	for _, c := range spec.Containers {
+		if c.Name == p.c.Name || !slices.ContainsFunc(c.Command, func(a string) bool { return strings.HasSuffix(a, "proxy-supervisor") }) {
+			continue
+		}
+		trusted := []string{"0", "1337"}
+		if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+			trusted = append(trusted, strconv.FormatInt(*c.SecurityContext.RunAsUser, 10))
+		}
+		for _, kv := range literalEnv(&c) {
+			if v, ok := strings.CutPrefix(kv, "PROXY_SUPERVISOR_SUPERVISOR_UID="); ok {
+				trusted = append(trusted, strings.Split(v, ",")...)
+			}
+		}
+		if !slices.Contains(trusted, strconv.FormatInt(*sup, 10)) {
+			t.Errorf("%s trusts uids %v to serve the control socket, but the supervisor runs as %d: set PROXY_SUPERVISOR_SUPERVISOR_UID", c.Name, trusted, *sup)
+		}
+	}
 }
 
 // envoyAdminPort is the admin port of the shared Envoy configuration.
