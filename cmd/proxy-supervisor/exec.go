@@ -69,11 +69,20 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	stopped, watched := make(chan os.Signal, 1), make(chan struct{})
 	go func() {
 		defer close(watched)
-		select {
-		case sig := <-sigs:
-			stopped <- sig
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case sig := <-sigs:
+				// Only a request to stop ends the wait; a terminal's
+				// SIGWINCH or a log reopen's SIGUSR1 has no child to go to
+				// yet, and must not end the run as signaled.
+				if sig != syscall.SIGTERM && sig != syscall.SIGINT && sig != syscall.SIGQUIT && sig != syscall.SIGHUP {
+					continue
+				}
+				stopped <- sig
+				cancel()
+			case <-ctx.Done():
+			}
+			return
 		}
 	}()
 

@@ -74,6 +74,7 @@ type Book struct {
 	reporters map[string]uint32       // who POSTed each of them
 	skipped   map[string]bool         // unreadable records already logged
 	settled   chan struct{}           // closed while the verdict is settled
+	reopened  chan struct{}           // closed when a settled verdict opens again; then replaced
 	settledAt time.Time
 }
 
@@ -96,6 +97,7 @@ func Open(cfg Config) (*Book, error) {
 		reporters: make(map[string]uint32),
 		skipped:   make(map[string]bool),
 		settled:   make(chan struct{}),
+		reopened:  make(chan struct{}),
 	}
 	if err := b.posted.CreatePrivate(); err != nil {
 		cfg.Log.Warn("completions that come by POST alone will not survive a restart", "err", err)
@@ -129,6 +131,18 @@ func (b *Book) Settled() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.settled
+}
+
+// Next returns the verdict and a channel that is closed at its next turn:
+// when an open verdict settles, or a settled one opens again (under Always
+// or --native-sidecar, a restarted app that runs again).
+func (b *Book) Next() (peers.Verdict, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.verdict.Settled {
+		return b.verdict, b.reopened
+	}
+	return b.verdict, b.settled
 }
 
 // Verdict is the verdict of the last read.
@@ -210,7 +224,7 @@ func (b *Book) Report(peer string, code int, reason string, caller int64) (peers
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, known := b.recs[r.Name]; !known && len(b.recs) >= NameLimit(b.cfg.Policy) {
-		return peers.Verdict{}, fmt.Errorf("peer %s: the supervisor already keeps %d peer names, its bound (4 × --peers, at least %d)", r.Name, len(b.recs), MinNames)
+		return peers.Verdict{}, fmt.Errorf("peer %s: the supervisor already keeps %d peer names, its bound (4 × the --peers count, at least %d)", r.Name, len(b.recs), MinNames)
 	}
 	d, ok, err := b.cfg.Records.Get(r.Name, b.cfg.AllowedUIDs)
 	if err != nil {
@@ -312,6 +326,8 @@ func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
 	case <-b.settled:
 		if !v.Settled {
 			b.settled = make(chan struct{})
+			close(b.reopened)
+			b.reopened = make(chan struct{})
 		}
 	default:
 		if v.Settled {
@@ -355,7 +371,7 @@ func latest(a, b peers.Record) peers.Record {
 	return a
 }
 
-// Watch keeps the book current until ctx ends, then closes it. The records directory's
+// Watch keeps the book current until ctx ends; the notifier is closed then. The records directory's
 // notifier reports each record that may have changed: a record written
 // without a poke, and above all a running peer's lock released, since an
 // exec killed with its app (memory.oom.group) writes nothing and the
@@ -416,6 +432,11 @@ func (b *Book) Refresh(name string) peers.Verdict {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	why := "change of " + name
+	// A name the policy does not accept, or a new one past the bound, is
+	// none of the book's business: any container can make files up.
+	if _, known := b.recs[name]; !known && (b.cfg.Policy.Accepts(name) != nil || len(b.recs) >= NameLimit(b.cfg.Policy)) {
+		return b.verdict
+	}
 	r, ok, err := b.cfg.Records.Get(name, b.cfg.AllowedUIDs)
 	if err != nil || !ok {
 		// Unreadable, or gone: the full read logs and drops it.

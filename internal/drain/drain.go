@@ -112,8 +112,8 @@ func (r Result) OK() bool { return r.End != TimedOut }
 
 // Run drains: readiness is the caller's to withdraw first. envoyPorts are
 // the ports of Envoy's listeners learned earlier, used when the admin API
-// cannot tell them now. A close of settled (every peer has ended) ends the
-// drain at once.
+// cannot tell them now. A close of settled (the peers' verdict is settled)
+// ends the drain at once, as soon as no peer runs under exec any more.
 func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	d := newDrainer(cfg)
 	start := d.now()
@@ -199,11 +199,18 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 	defer tick.Stop()
 	var lastLog, lastStats, lastDrainTry, quietSince time.Time
 	var st state
+	// Settled peers end the drain at once, unless one still runs under
+	// exec: under Never the first failure settles the verdict while another
+	// peer may still be finishing, through the proxy.
+	peersDone := false
 	for {
 		select {
 		case <-settled:
-			return PeersCompleted
+			settled, peersDone = nil, true
 		default:
+		}
+		if peersDone && (d.cfg.Running == nil || d.cfg.Running() == 0) {
+			return PeersCompleted
 		}
 		if !d.listenersDrained && d.now().Sub(lastDrainTry) >= d.cfg.Progress {
 			// Retried until Envoy accepts it once: a busy admin API at the
@@ -249,7 +256,6 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		}
 		select {
 		case <-settled:
-			return PeersCompleted
 		case <-tick.C:
 		}
 	}

@@ -265,6 +265,27 @@ func TestSettledPeersEndTheDrainAtOnce(t *testing.T) {
 	}
 }
 
+// A settled verdict does not end the drain while another peer still runs
+// under exec: under Never one peer's failure settles it while another may
+// still be uploading through the proxy.
+func TestSettledPeersWaitForARunningPeer(t *testing.T) {
+	a, s := &fakeAdmin{}, &fakeScanner{ports: []uint16{8080}}
+	var running atomic.Int32
+	running.Store(1)
+	cfg := config(a, s, nil)
+	cfg.Running = func() int { return int(running.Load()) }
+	settled := make(chan struct{})
+	res := start(cfg, settled)
+	close(settled)
+	a.posted(t, 1)
+	time.Sleep(50 * time.Millisecond) // ticks with the verdict settled and the peer running
+	ended(res)
+	running.Store(0)
+	if r := within(t, res, 5*time.Second); r.End != PeersCompleted {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
 func TestDrainListenersIsRetriedUntilAccepted(t *testing.T) {
 	a, s := &fakeAdmin{failPosts: 2, conns: 1}, &fakeScanner{}
 	cfg := config(a, s, nil)

@@ -140,7 +140,7 @@ func encodeFlags(q url.Values) string {
 // loopback address leaves none. Other hosts take the ordinary dialer.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
 	if ap, err := netip.ParseAddrPort(a.base.Host); err == nil && ap.Addr().IsLoopback() {
-		return connects(ap)
+		return connects(ctx, ap)
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", a.base.Host)
@@ -154,10 +154,14 @@ func (a *Admin) Bound(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// connects tries a blocking TCP connect to a loopback address. On loopback
-// the kernel answers at once, refused or accepted (into the backlog, even by
-// an admin API whose loop is not running yet), so the call cannot hang.
-func connects(ap netip.AddrPort) (bool, error) {
+// connects tries a TCP connect to a loopback address. On loopback the kernel
+// answers at once, refused or accepted (into the backlog, even by an admin
+// API whose loop is not running yet), except when the backlog is full: then
+// it is bound, and the wait for the answer ends with ctx or probeMax.
+// probeMax bounds a probe whose context has no deadline of its own.
+const probeMax = 500 * time.Millisecond
+
+func connects(ctx context.Context, ap netip.AddrPort) (bool, error) {
 	family, sa := unix.AF_INET, unix.Sockaddr(nil)
 	if ap.Addr().Is4() {
 		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
@@ -165,18 +169,57 @@ func connects(ap netip.AddrPort) (bool, error) {
 		family = unix.AF_INET6
 		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return false, fmt.Errorf("admin probe: %w", err)
 	}
 	defer unix.Close(fd)
-	switch err := unix.Connect(fd, sa); {
+	err = unix.Connect(fd, sa)
+	if errors.Is(err, unix.EINPROGRESS) {
+		// A listener whose accept queue is full drops the SYN, and the
+		// kernel retries for minutes: wait for the answer only as long as
+		// ctx allows, and take no answer for a bound port.
+		err = waitConnected(ctx, fd)
+	}
+	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, unix.ECONNREFUSED):
 		return false, nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return true, nil
 	default:
 		return false, fmt.Errorf("admin probe: %w", err)
+	}
+}
+
+// waitConnected waits for a non-blocking connect on fd to finish, or ctx to
+// end, and returns the connect's result.
+func waitConnected(ctx context.Context, fd int) error {
+	deadline := time.Now().Add(probeMax)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for {
+		timeout := max(int(time.Until(deadline).Milliseconds()), 0)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(fds, timeout)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return context.DeadlineExceeded
+		}
+		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soerr != 0 {
+			return unix.Errno(soerr)
+		}
+		return nil
 	}
 }
 

@@ -206,9 +206,11 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 			return
 		}
 		s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
-		if s.life.view().draining && s.drain("pod deletion", true) != nil {
-			return // the drain's end stops the proxy
-		}
+	}
+	// A drain under way (a pod deletion) is not cut short: another peer may
+	// still be finishing through the proxy. Its end stops the proxy.
+	if s.life.view().draining && s.drain(why, true) != nil {
+		return
 	}
 	s.stop(why)
 }

@@ -147,10 +147,15 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.book = book
+	watched := false
+	defer func() {
+		if !watched {
+			book.Close() // Watch closes its notifier; nothing else will
+		}
+	}()
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
 	if v := book.Load("start"); v.Done {
-		book.Close()
 		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
 		code, _, _ := s.life.exitCode()
 		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", code)
@@ -190,6 +195,7 @@ func (s *Supervisor) Run() (int, error) {
 	s.log.Info("proxy started", "pid", s.proc.Pid(), "command", s.cfg.Command)
 
 	stopReaper := s.reap()
+	watched = true
 	err = s.serve(sigs, sock, hs)
 	stopReaper()
 	code, _, _ := s.life.exitCode()
@@ -339,23 +345,26 @@ func (s *Supervisor) stop(why string) {
 // end is the kubelet's SIGTERM. It then waits for the group's end, since its
 // own end would end the group.
 func (s *Supervisor) awaitVerdict(ctx context.Context) error {
-	select {
-	case <-s.book.Settled():
-	case <-ctx.Done():
-		return nil
+	for {
+		v, turn := s.book.Next()
+		why := "every peer succeeded"
+		if v.Failed != "" {
+			why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
+		}
+		switch {
+		case v.Done:
+			s.settle(ctx, v, why)
+			<-ctx.Done()
+			return nil
+		case v.Settled:
+			s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
+		}
+		select {
+		case <-turn:
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	v := s.book.Verdict()
-	why := "every peer succeeded"
-	if v.Failed != "" {
-		why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
-	}
-	if v.Done {
-		s.settle(ctx, v, why)
-	} else {
-		s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
-	}
-	<-ctx.Done()
-	return nil
 }
 
 // readinessChanged is the tracker's OnChange: it moves the lifecycle to
