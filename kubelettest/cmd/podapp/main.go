@@ -91,7 +91,9 @@ func do(step string, arg []string) (int, error) {
 			return 1, err
 		}
 		defer l.Close()
-		select {}
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 }
 
