@@ -237,3 +237,51 @@ func TestJobDeletedMidRun(t *testing.T) {
 	}
 	t.Logf("the proxy exited 0 and the app 143, %d events, none FailedPreStopHook", len(evs))
 }
+
+// An app under `exec` that uploads through the proxy right after closing
+// its listener, on deletion: the drain sees its port close, then its
+// connection to Envoy, and the proxy stays until the upload is done.
+func TestDeletionExecAppUploadsAfterClose(t *testing.T) {
+	t.Parallel()
+	n := theNode
+	pod := podFrom(t, "deployment.yaml", "exec-upload", "/podapp", "serve", "127.0.0.1:8080", "get", hello)
+	// The Job's app container shows how an exec-wrapped app is set up.
+	job := container(podFrom(t, "job.yaml", "x", "/podapp"), "job")
+	web := container(pod, "web")
+	web.Command = append(beforeDashes(job.Command), web.Command...)
+	web.Command[slices.Index(web.Command, "--name=job")] = "--name=web"
+	web.Env, web.VolumeMounts = job.Env, job.VolumeMounts
+	n.run(t, pod)
+	p := n.ready(t, "exec-upload")
+	got, deleted := n.deleteAndWait(t, p, "exec-upload", 60*time.Second)
+	// 7 would be the upload's failure.
+	wantCodes(t, got, map[string]int32{"envoy": 0, "web": 0})
+	t.Logf("after the deletion: the app uploaded and exited at %s, the proxy at %s",
+		got["web"].finished().Sub(deleted).Round(time.Millisecond), got["envoy"].finished().Sub(deleted).Round(time.Millisecond))
+}
+
+// Under OnFailure the proxy crashes (the fake Envoy dies of SIGSEGV, 139)
+// while the app runs, and the kubelet restarts the proxy container; the
+// app's completion, recorded whether or not a supervisor listens at that
+// moment, ends the restarted proxy with 0: the pod succeeds, with one
+// restart of the proxy and none of the app.
+func TestOnFailureProxyCrashMidJob(t *testing.T) {
+	t.Parallel()
+	n := theNode
+	pod := podFrom(t, "job-onfailure.yaml", "crash-mid-job", "/podapp", "get", hello, "sleep", "5s")
+	envoy := container(pod, "envoy")
+	envoy.Command = append(envoy.Command, "--crash-after", "3s")
+	n.run(t, pod)
+	p := n.waitPhase(t, "crash-mid-job", jobTimeout, corev1.PodSucceeded)
+	wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 1}, "job": {0, 0}})
+	last := status(p, "envoy").LastTerminationState.Terminated
+	if last == nil || last.ExitCode != 139 {
+		t.Fatalf("the proxy's first run: %+v, want exit 139 (SIGSEGV)", last)
+	}
+	restarted, completed := status(p, "envoy").State.Terminated.StartedAt, status(p, "job").State.Terminated.FinishedAt
+	order := "before"
+	if restarted.After(completed.Time) {
+		order = "after" // the restarted supervisor found the record
+	}
+	t.Logf("the proxy was restarted %s the app completed (to the second: %s, %s)", order, restarted.Format(time.TimeOnly), completed.Format(time.TimeOnly))
+}
