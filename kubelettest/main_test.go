@@ -76,14 +76,21 @@ func missingPrereqs() []string {
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root")
 	}
-	for _, cmd := range []string{"containerd", "runc", "ctr", "unshare", "nsenter", "ip", "mount", "go"} {
-		if _, err := exec.LookPath(cmd); err != nil {
-			missing = append(missing, cmd+" (Debian: containerd runc iproute2 util-linux)")
+	var cmds []string
+	for _, c := range []struct{ cmd, pkg string }{
+		{"containerd", "containerd"}, {"ctr", "containerd"}, {"runc", "runc"}, {"ip", "iproute2"},
+		{"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"mount", "mount"}, {"go", "Go"},
+	} {
+		if _, err := exec.LookPath(c.cmd); err != nil {
+			cmds = append(cmds, c.cmd+" ("+c.pkg+")")
 		}
+	}
+	if len(cmds) > 0 {
+		missing = append(missing, "commands "+strings.Join(cmds, ", "))
 	}
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
 		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
-			missing = append(missing, "/usr/lib/cni/"+p+" (Debian: containernetworking-plugins)")
+			missing = append(missing, "/usr/lib/cni/"+p+" (containernetworking-plugins)")
 		}
 	}
 	if len(missing) == 0 {
