@@ -39,9 +39,10 @@ test-deploy:
 # root and Debian's containerd, runc and containernetworking-plugins; without
 # them it skips with one line saying what is missing (and fails under
 # CI=true). The kubelet is built once into the user's cache (minutes cold).
-# -v: the output shows each scenario's result.
+# -v: the output shows each scenario's result. The pods mostly wait, so all
+# of them run at once.
 test-kubelet:
-	cd kubelettest && $(GO) vet ./... && $(GO) test -v -count=1 -timeout 20m ./...
+	cd kubelettest && $(GO) vet ./... && $(GO) test -v -count=1 -parallel 16 -timeout 20m ./...
 
 # Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
 docs:

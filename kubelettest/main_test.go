@@ -63,10 +63,12 @@ func testMain(m *testing.M) int {
 	theNode = n
 	code := m.Run()
 	signal.Stop(sigs)
+	stopping := time.Now()
 	if err := n.stop(); err != nil {
 		fmt.Println("kubelettest: teardown:", err)
 		code = 1
 	}
+	fmt.Printf("kubelettest: node torn down in %s\n", time.Since(stopping).Round(100*time.Millisecond))
 	return code
 }
 
