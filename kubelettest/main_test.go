@@ -118,7 +118,7 @@ func buildKubelet() (string, error) {
 		return "", err
 	}
 	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", kubeletVersion, bin)
-	tmp := bin + ".tmp"
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid()) // concurrent runs each build their own
 	if err := goBuild("kubelet", tmp, "-tags", "tools", "k8s.io/kubernetes/cmd/kubelet"); err != nil {
 		return "", err
 	}

@@ -63,6 +63,7 @@ func startNode(kubelet string, images []string) (n *node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepStale()
 	n = &node{dir: dir, cgroupRoot: fmt.Sprintf("/proxy-supervisor-kubelettest-%d", os.Getpid())}
 	defer func() {
 		if err != nil {
@@ -83,6 +84,9 @@ func startNode(kubelet string, images []string) (n *node, err error) {
 	}
 	if err := n.startHolder(); err != nil {
 		return n, fmt.Errorf("namespaces: %w", err)
+	}
+	if err := n.adopt(n.holder.Process.Pid); err != nil {
+		return n, err
 	}
 	n.client = &http.Client{
 		Timeout: 10 * time.Second,
@@ -182,15 +186,48 @@ func cgroupHierarchies() []string {
 	return dirs
 }
 
-// makeCgroupRoot makes the kubelet's cgroup root in every hierarchy: the
-// kubelet requires it to exist, and teardown removes it whole.
+// makeCgroupRoot makes the kubelet's cgroup root in every hierarchy (the
+// kubelet requires it to exist), and in it the node's own cgroup, which the
+// holder, the daemons and so the shims join: every process of the node is
+// in the tree, which teardown kills and removes whole.
 func (n *node) makeCgroupRoot() error {
 	for _, h := range cgroupHierarchies() {
-		if err := os.MkdirAll(filepath.Join(h, n.cgroupRoot), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(h, n.cgroupRoot, "node"), 0o755); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// adopt moves a process into the node's cgroup.
+func (n *node) adopt(pid int) error {
+	for _, h := range cgroupHierarchies() {
+		procs := filepath.Join(h, n.cgroupRoot, "node", "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// sweepStale kills and removes what a run killed before its teardown (a
+// test binary's timeout, say) left: the cgroup trees of processes gone.
+func sweepStale() {
+	seen := map[string]bool{}
+	for _, h := range cgroupHierarchies() {
+		dirs, _ := filepath.Glob(filepath.Join(h, "proxy-supervisor-kubelettest-*"))
+		for _, d := range dirs {
+			root := "/" + filepath.Base(d)
+			pid, err := strconv.Atoi(strings.TrimPrefix(root, "/proxy-supervisor-kubelettest-"))
+			if err != nil || seen[root] || alive(pid) != nil {
+				continue
+			}
+			seen[root] = true
+			stale := &node{cgroupRoot: root}
+			err = errors.Join(stale.killLeftovers(), stale.removeCgroups())
+			fmt.Printf("kubelettest: removed the node a killed run left (%s): %v\n", root, err)
+		}
+	}
 }
 
 // startHolder starts the process that holds the node's namespaces, after it
@@ -250,8 +287,9 @@ func (n *node) daemon(name string, argv ...string) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	go cmd.Wait() //nolint:errcheck // reaped; stop checks ProcessState
-	return cmd, nil
+	go cmd.Wait() //nolint:errcheck // reaped; stop polls /proc
+	// Before it starts a container, and so a shim.
+	return cmd, n.adopt(cmd.Process.Pid)
 }
 
 func (n *node) nsenter(argv ...string) *exec.Cmd {
@@ -374,38 +412,23 @@ func (n *node) removeAllPods() {
 	})
 }
 
-// killLeftovers kills the processes left in the node's cgroups (containers)
-// and the shims, which live in the node's mount namespace.
+// killLeftovers kills every process left in the node's cgroups: the shims,
+// the containers, the holder (and through it, the namespaces).
 func (n *node) killLeftovers() error {
-	mntNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Process.Pid))
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for range 3 {
+	for range 5 {
 		pids := n.cgroupPids()
-		procs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, p := range procs {
-			pid, _ := strconv.Atoi(filepath.Base(p))
-			if pid == n.holder.Process.Pid {
-				continue
-			}
-			if ns, err := os.Readlink(p + "/ns/mnt"); err == nil && ns == mntNS {
-				pids = append(pids, pid)
-			}
-		}
 		if len(pids) == 0 {
 			return nil
 		}
 		for _, pid := range pids {
 			unix.Kill(pid, unix.SIGKILL) //nolint:errcheck // may be gone
 		}
-		time.Sleep(200 * time.Millisecond) // the kernel's own; cgroupPids below checks
+		time.Sleep(200 * time.Millisecond) // the kernel's own; cgroupPids checks
 	}
 	if pids := n.cgroupPids(); len(pids) > 0 {
-		errs = append(errs, fmt.Errorf("processes left in %s: %v", n.cgroupRoot, pids))
+		return fmt.Errorf("processes left in %s: %v", n.cgroupRoot, pids)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (n *node) cgroupPids() []int {

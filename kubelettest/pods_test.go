@@ -66,10 +66,9 @@ func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 			} else {
 				c.Command = app
 			}
-			for _, h := range []*corev1.LifecycleHandler{lifecyclePreStop(c)} {
-				if h != nil && h.Exec != nil && h.Exec.Command[0] == "sleep" {
-					h.Exec.Command = []string{"/podapp", "sleep", h.Exec.Command[1] + "s"}
-				}
+			// busybox's `sleep N`; the app image has only podapp.
+			if h := lifecyclePreStop(c); h != nil && h.Exec != nil && h.Exec.Command[0] == "sleep" {
+				h.Exec.Command = []string{"/podapp", "sleep", h.Exec.Command[1] + "s"}
 			}
 		}
 	}
