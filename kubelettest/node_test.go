@@ -192,8 +192,21 @@ func cgroupHierarchies() []string {
 // in the tree, which teardown kills and removes whole.
 func (n *node) makeCgroupRoot() error {
 	for _, h := range cgroupHierarchies() {
-		if err := os.MkdirAll(filepath.Join(h, n.cgroupRoot, "node"), 0o755); err != nil {
-			return err
+		parent := h
+		for _, dir := range []string{filepath.Join(h, n.cgroupRoot), filepath.Join(h, n.cgroupRoot, "node")} {
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+			// A v1 cpuset cgroup starts with no CPU and no memory node,
+			// and takes no process until given its parent's.
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				if v, err := os.ReadFile(filepath.Join(parent, f)); err == nil {
+					if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+						return fmt.Errorf("cgroup: %w", err)
+					}
+				}
+			}
+			parent = dir
 		}
 	}
 	return nil
