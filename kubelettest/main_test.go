@@ -129,7 +129,7 @@ func buildKubelet() (string, error) {
 // OCI archives: the pause image, the client image of the manifests, the
 // proxy image (the supervisor and the fake Envoy) and the app image.
 func buildImages() ([]string, error) {
-	dir, err := os.MkdirTemp("", "kubelettest-images-")
+	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-images-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}

@@ -59,11 +59,11 @@ func (n *node) manifests() string { return filepath.Join(n.dir, "manifests") }
 
 // startNode starts the node. On error, what was started is stopped.
 func startNode(kubelet string, images []string) (n *node, err error) {
-	dir, err := os.MkdirTemp("", "kubelettest-")
+	sweepStale()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
-	sweepStale()
 	n = &node{dir: dir, cgroupRoot: fmt.Sprintf("/proxy-supervisor-kubelettest-%d", os.Getpid())}
 	defer func() {
 		if err != nil {
@@ -224,8 +224,16 @@ func (n *node) adopt(pid int) error {
 }
 
 // sweepStale kills and removes what a run killed before its teardown (a
-// test binary's timeout, say) left: the cgroup trees of processes gone.
+// test binary's timeout, say) left: the cgroup trees and the temporary
+// directories named after processes gone.
 func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "kubelettest-*-*"))
+	for _, d := range dirs {
+		f := strings.Split(filepath.Base(d), "-")
+		if pid, err := strconv.Atoi(f[len(f)-2]); err == nil && alive(pid) == nil {
+			os.RemoveAll(d) //nolint:errcheck // best effort; its mounts went with its namespace
+		}
+	}
 	seen := map[string]bool{}
 	for _, h := range cgroupHierarchies() {
 		dirs, _ := filepath.Glob(filepath.Join(h, "proxy-supervisor-kubelettest-*"))
