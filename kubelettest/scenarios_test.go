@@ -71,7 +71,7 @@ func TestNativeSidecar(t *testing.T) {
 // postStart `wait` holds the app until the proxy is ready: the app (not
 // wrapped in exec, which waits by itself) sends its request at once and it
 // succeeds; without the hook, the same request fails. The fake Envoy takes
-// 3 s to become LIVE.
+// 6 s to become LIVE, far longer than the kubelet takes to start the app.
 func TestPostStartWaitHoldsApp(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -88,7 +88,7 @@ func TestPostStartWaitHoldsApp(t *testing.T) {
 			pod := podFrom(t, "job.yaml", tc.name, "/podapp", "get", hello)
 			container(pod, "job").Command = []string{"/podapp", "get", hello}
 			envoy := container(pod, "envoy")
-			envoy.Command = append(envoy.Command, "--init-delay", "3s")
+			envoy.Command = append(envoy.Command, "--init-delay", "6s")
 			if !tc.hook {
 				envoy.Lifecycle.PostStart = nil
 			}
@@ -268,9 +268,10 @@ func TestDeletionExecAppUploadsAfterClose(t *testing.T) {
 func TestOnFailureProxyCrashMidJob(t *testing.T) {
 	t.Parallel()
 	n := theNode
-	pod := podFrom(t, "job-onfailure.yaml", "crash-mid-job", "/podapp", "get", hello, "sleep", "5s")
+	pod := podFrom(t, "job-onfailure.yaml", "crash-mid-job", "/podapp", "get", hello, "sleep", "8s")
 	envoy := container(pod, "envoy")
-	envoy.Command = append(envoy.Command, "--crash-after", "3s")
+	// Long enough for the app to have sent its request on a busy machine.
+	envoy.Command = append(envoy.Command, "--crash-after", "5s")
 	n.run(t, pod)
 	p := n.waitPhase(t, "crash-mid-job", jobTimeout, corev1.PodSucceeded)
 	wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 1}, "job": {0, 0}})
