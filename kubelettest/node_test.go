@@ -149,10 +149,14 @@ authorization: {mode: AlwaysAllow}
 containerRuntimeEndpoint: unix://%s
 cgroupDriver: cgroupfs
 cgroupRoot: %s
+# Machines with cgroup v1 (or a hybrid layout) and swap are welcome.
 failCgroupV1: false
 failSwapOn: false
+# Without CAP_SYS_RESOURCE the kubelet cannot lower its own score either.
 oomScoreAdj: 0
 resolvConf: ""
+# The imported images cannot be pulled again: never collect them, and
+# never evict a pod for a host's full disk or memory.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
@@ -302,7 +306,7 @@ func (n *node) daemon(name string, argv ...string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := n.nsenter(argv...)
+	cmd := n.nsenter(context.Background(), argv...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -313,18 +317,17 @@ func (n *node) daemon(name string, argv ...string) (*exec.Cmd, error) {
 	return cmd, n.adopt(cmd.Process.Pid)
 }
 
-func (n *node) nsenter(argv ...string) *exec.Cmd {
+// nsenter is argv run in the node's namespaces.
+func (n *node) nsenter(ctx context.Context, argv ...string) *exec.Cmd {
 	args := append([]string{"-t", strconv.Itoa(n.holder.Process.Pid), "-m", "-n", "--"}, argv...)
-	return exec.Command("nsenter", args...)
+	return exec.CommandContext(ctx, "nsenter", args...)
 }
 
 // ctr runs ctr against the node's containerd, in the k8s.io namespace.
 func (n *node) ctr(args ...string) (string, error) {
-	cmd := n.nsenter(append([]string{"ctr", "--address", criSocket, "-n", "k8s.io"}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-	out, err := cmd.CombinedOutput()
+	out, err := n.nsenter(ctx, append([]string{"ctr", "--address", criSocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
