@@ -286,3 +286,26 @@ func TestOnFailureProxyCrashMidJob(t *testing.T) {
 	}
 	t.Logf("the proxy was restarted %s the app completed (to the second: %s, %s)", order, restarted.Format(time.TimeOnly), completed.Format(time.TimeOnly))
 }
+
+// Under OnFailure the app's success is recorded first; the proxy then
+// ignores every request to stop (the fake Envoy hangs on /quitquitquit and
+// SIGTERM) and dies only of the SIGKILL at --stop-timeout (5 s). The
+// success decided: the supervisor exits 0, not 137, and the pod succeeds
+// without a restart.
+func TestOnFailureCompletionThenProxyKilled(t *testing.T) {
+	t.Parallel()
+	n := theNode
+	pod := podFrom(t, "job-onfailure.yaml", "completed-killed", "/podapp", "get", hello)
+	envoy := container(pod, "envoy")
+	envoy.Command = append(envoy.Command, "--hang-on-term")
+	n.run(t, pod)
+	p := n.waitPhase(t, "completed-killed", jobTimeout, corev1.PodSucceeded)
+	wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}})
+	// The runtime's times: the kubelet's are to the second.
+	got := n.waitExits(t, containerIDs(t, p), 10*time.Second)
+	took := got["envoy"].finished().Sub(got["job"].finished())
+	t.Logf("the proxy ended %s after the app (its stop timeout is 5s)", took.Round(time.Millisecond))
+	if took < 4*time.Second {
+		t.Fatalf("the proxy ended %s after the app: it was not held to its SIGKILL", took)
+	}
+}
