@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test test-deploy bench fuzz clean image docs
+.PHONY: build demo test test-deploy test-kubelet bench fuzz clean image docs
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -21,7 +21,7 @@ demo: build
 # fails that test. Then the pod tests once more against the binaries as
 # shipped (static, CGO_ENABLED=0). The pod tests mostly wait on processes,
 # so more of them run at once than there are cores.
-test: test-deploy
+test: test-deploy test-kubelet
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
@@ -33,6 +33,16 @@ test: test-deploy
 # binary's. A cold build of it takes minutes; later runs use the build cache.
 test-deploy:
 	cd deploytest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# The deploy/ manifests' pods in a real kubelet (kubelettest/, its own module):
+# containerd, runc and a standalone kubelet in their own namespaces. It needs
+# root and Debian's containerd, runc and containernetworking-plugins; without
+# them it skips with one line saying what is missing (and fails under
+# CI=true). The kubelet is built once into the user's cache (minutes cold).
+# -v: the output shows each scenario's result. The pods mostly wait, so all
+# of them run at once.
+test-kubelet:
+	cd kubelettest && $(GO) vet ./... && $(GO) test -v -count=1 -parallel 16 -timeout 20m ./...
 
 # Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
 docs:

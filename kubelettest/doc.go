@@ -1,0 +1,12 @@
+// Package kubelettest runs the repository's deploy/ manifests in a real
+// kubelet: containerd, runc and a kubelet built from the Go module proxy, in
+// standalone mode (static pods, no API server), isolated in their own mount
+// and network namespaces. Each test asserts the pods' phases and container
+// exit codes as the kubelet reports them.
+//
+// It is its own Go module so that the kubelet's dependencies never reach the
+// main module's. The kubelet is built once into the user's cache
+// (kubelet/go.mod pins it). The suite installs nothing: without root, the
+// runtime or namespaces it skips with one line saying what is missing, and
+// fails instead when CI=true.
+package kubelettest

@@ -1,0 +1,178 @@
+package kubelettest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kubeletVersion is the kubelet the suite builds (kubelet/go.mod pins it).
+const kubeletVersion = "v1.37.2"
+
+// theNode is the node every test's pods run on: starting containerd and a
+// kubelet takes seconds, a pod's run as long, so the tests share it and run
+// in parallel.
+var theNode *node
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if missing := missingPrereqs(); len(missing) > 0 {
+		fmt.Printf("kubelettest: SKIPPED, the real-kubelet suite is missing: %s\n", strings.Join(missing, "; "))
+		if os.Getenv("CI") == "true" {
+			fmt.Println("kubelettest: CI=true, so the skip fails the suite")
+			return 1
+		}
+		return 0
+	}
+	start := time.Now()
+	kubelet, err := buildKubelet()
+	if err != nil {
+		fmt.Println("kubelettest:", err)
+		return 1
+	}
+	images, err := buildImages()
+	if err != nil {
+		fmt.Println("kubelettest:", err)
+		return 1
+	}
+	defer os.RemoveAll(filepath.Dir(images[0]))
+	fmt.Printf("kubelettest: kubelet and images ready in %s\n", time.Since(start).Round(100*time.Millisecond))
+	n, err := startNode(kubelet, images)
+	if err != nil {
+		fmt.Println("kubelettest: starting the node:", err)
+		return 1
+	}
+	fmt.Printf("kubelettest: node up in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), n.dir)
+	// An interrupted run still tears the node down.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		fmt.Println("kubelettest: interrupted, stopping the node")
+		n.stop() //nolint:errcheck
+		os.Exit(1)
+	}()
+	theNode = n
+	code := m.Run()
+	signal.Stop(sigs)
+	stopping := time.Now()
+	if err := n.stop(); err != nil {
+		fmt.Println("kubelettest: teardown:", err)
+		code = 1
+	}
+	fmt.Printf("kubelettest: node torn down in %s\n", time.Since(stopping).Round(100*time.Millisecond))
+	return code
+}
+
+// missingPrereqs lists what the suite needs and the machine lacks.
+func missingPrereqs() []string {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	var cmds []string
+	for _, c := range []struct{ cmd, pkg string }{
+		{"containerd", "containerd"}, {"ctr", "containerd"}, {"runc", "runc"}, {"ip", "iproute2"},
+		{"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"mount", "mount"}, {"go", "Go"},
+	} {
+		if _, err := exec.LookPath(c.cmd); err != nil {
+			cmds = append(cmds, c.cmd+" ("+c.pkg+")")
+		}
+	}
+	if len(cmds) > 0 {
+		missing = append(missing, "commands "+strings.Join(cmds, ", "))
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
+			missing = append(missing, "/usr/lib/cni/"+p+" (containernetworking-plugins)")
+		}
+	}
+	if len(missing) == 0 {
+		if out, err := exec.Command("unshare", "--mount", "--net", "true").CombinedOutput(); err != nil {
+			missing = append(missing, fmt.Sprintf("mount and network namespaces (%v: %s)", err, strings.TrimSpace(string(out))))
+		}
+	}
+	return missing
+}
+
+// buildKubelet builds the kubelet into the user's cache, once per kubelet
+// and Go version: a cold build takes minutes, a cached one nothing.
+func buildKubelet() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "proxy-supervisor-kubelet", kubeletVersion+"-"+runtime.Version(), "kubelet")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", kubeletVersion, bin)
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid()) // concurrent runs each build their own
+	if err := goBuild("kubelet", tmp, "-tags", "tools", "k8s.io/kubernetes/cmd/kubelet"); err != nil {
+		return "", err
+	}
+	return bin, os.Rename(tmp, bin)
+}
+
+// buildImages builds the static binaries and writes the node's images as
+// OCI archives: the pause image, the client image of the manifests, the
+// proxy image (the supervisor and the fake Envoy) and the app image.
+func buildImages() ([]string, error) {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-images-%d-", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	bin := func(name string) string { return filepath.Join(dir, name) }
+	builds := []struct{ dir, out, pkg string }{
+		{"..", bin("proxy-supervisor"), "./cmd/proxy-supervisor"},
+		{"..", bin("fake-envoy"), "./cmd/fake-envoy"},
+		{".", bin("podapp"), "./cmd/podapp"},
+		{".", bin("pause"), "./cmd/pause"},
+	}
+	for _, b := range builds {
+		if err := goBuild(b.dir, b.out, b.pkg); err != nil {
+			return nil, err
+		}
+	}
+	images := []struct {
+		name  string
+		files []imageFile
+		entry []string
+	}{
+		{pauseImage, []imageFile{{bin("pause"), "pause"}}, []string{"/pause"}},
+		{clientImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}}, []string{"/proxy-supervisor"}},
+		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}}, []string{"/proxy-supervisor"}},
+		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
+	}
+	var tars []string
+	for i, img := range images {
+		out := filepath.Join(dir, fmt.Sprintf("image%d.tar", i))
+		if err := writeImage(out, img.name, img.files, img.entry); err != nil {
+			return nil, err
+		}
+		tars = append(tars, out)
+	}
+	return tars, nil
+}
+
+func goBuild(dir, out string, args ...string) error {
+	args = append([]string{"build", "-trimpath", "-o", out}, args...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}

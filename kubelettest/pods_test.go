@@ -1,0 +1,245 @@
+package kubelettest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// fakeEnvoy replaces the manifests' `envoy -c /etc/envoy/envoy.yaml`: the
+// same admin address and the listener on :8000 that answers /hello.
+var fakeEnvoy = []string{"/fake-envoy", "--admin-addr", "127.0.0.1:9901", "--listener", "inbound=0.0.0.0:8000,inbound", "--log-level", "warning"}
+
+const hello = "http://127.0.0.1:8000/hello"
+
+// podFrom makes a static pod named name from a deploy/envoy-sidecar
+// manifest (a Job's or a Deployment's pod template), adapted to the node:
+// its images, imagePullPolicy Never, the fake Envoy as the proxy, no
+// ConfigMap (a static pod cannot use one), and app as the app's command
+// (after `proxy-supervisor exec ... --` when the manifest wraps it).
+func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "deploy", "envoy-sidecar", manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := strings.Cut(string(data), "\n---\n")
+	var obj struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	// Jobs and Deployments alike: the pod is spec.template.
+	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: obj.Spec.Template.ObjectMeta,
+		Spec:       obj.Spec.Template.Spec,
+	}
+	pod.Name, pod.Namespace = name, "default"
+	pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil })
+	adapt := func(c *corev1.Container) {
+		c.ImagePullPolicy = corev1.PullNever
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "envoy-config" })
+		switch {
+		case strings.HasPrefix(c.Image, "envoyproxy/envoy"):
+			c.Image = envoyImage
+			c.Command = append(beforeDashes(c.Command), fakeEnvoy...)
+		case strings.HasPrefix(c.Image, "busybox"):
+			c.Image = appImage
+			if len(app) == 0 {
+				t.Fatalf("%s: no command for the app", name)
+			}
+			if strings.HasSuffix(c.Command[0], "/proxy-supervisor") {
+				c.Command = append(beforeDashes(c.Command), app...)
+			} else {
+				c.Command = app
+			}
+			// busybox's `sleep N`; the app image has only podapp.
+			if h := lifecyclePreStop(c); h != nil && h.Exec != nil && h.Exec.Command[0] == "sleep" {
+				h.Exec.Command = []string{"/podapp", "sleep", h.Exec.Command[1] + "s"}
+			}
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		adapt(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		adapt(&pod.Spec.Containers[i])
+	}
+	return pod
+}
+
+// beforeDashes is argv up to and including "--".
+func beforeDashes(argv []string) []string {
+	i := slices.Index(argv, "--")
+	return slices.Clone(argv[:i+1])
+}
+
+func lifecyclePreStop(c *corev1.Container) *corev1.LifecycleHandler {
+	if c.Lifecycle == nil {
+		return nil
+	}
+	return c.Lifecycle.PreStop
+}
+
+// container is the named container, init or not.
+func container(pod *corev1.Pod, name string) *corev1.Container {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
+		}
+	}
+	return nil
+}
+
+// run writes pod as a static pod manifest; the test's cleanup deletes it.
+func (n *node) run(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	data, err := json.MarshalIndent(pod, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(n.manifests(), pod.Name+".json")
+	// Written beside the directory and renamed in: the kubelet must never
+	// read half a manifest.
+	tmp := filepath.Join(n.dir, pod.Name+".json.tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.delete(pod.Name) })
+}
+
+// delete deletes a static pod: the kubelet stops it as a pod deletion.
+func (n *node) delete(name string) {
+	os.Remove(filepath.Join(n.manifests(), name+".json"))
+}
+
+// pod is the kubelet's view of a static pod, nil while it has none.
+func (n *node) pod(name string) (*corev1.Pod, error) {
+	pods, err := n.pods()
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if pods[i].Name == name+"-"+nodeName {
+			return &pods[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// waitPod waits up to timeout for the kubelet to report the pod in a state
+// that ok accepts, and returns it.
+func (n *node) waitPod(t *testing.T, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := poll(timeout, func() error {
+		p, err := n.pod(name)
+		if err != nil {
+			return err
+		}
+		last = p
+		if p == nil || !ok(p) {
+			return fmt.Errorf("not %s", what)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s: %v after %s; last seen:\n%s", name, err, timeout, describe(last))
+	}
+	return last
+}
+
+// waitPhase waits for a final phase (Succeeded or Failed) and asserts it.
+func (n *node) waitPhase(t *testing.T, name string, timeout time.Duration, want corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	p := n.waitPod(t, name, timeout, "finished", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	})
+	if p.Status.Phase != want {
+		t.Fatalf("pod %s: phase %s, want %s:\n%s", name, p.Status.Phase, want, describe(p))
+	}
+	return p
+}
+
+// statuses are the pod's container statuses, init containers' included.
+func statuses(p *corev1.Pod) []corev1.ContainerStatus {
+	return slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+}
+
+func status(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, s := range statuses(p) {
+		if s.Name == name {
+			return &s
+		}
+	}
+	return nil
+}
+
+// exited is what a container's status says of how it ended.
+type exited struct {
+	Code     int32
+	Restarts int32
+}
+
+// wantExits asserts every container of the pod has terminated with the
+// code, and the restart count, given.
+func wantExits(t *testing.T, p *corev1.Pod, want map[string]exited) {
+	t.Helper()
+	got := map[string]exited{}
+	for _, s := range statuses(p) {
+		e := exited{Code: -1, Restarts: s.RestartCount}
+		if s.State.Terminated != nil {
+			e.Code = s.State.Terminated.ExitCode
+		}
+		got[s.Name] = e
+	}
+	if !maps(got, want) {
+		t.Fatalf("pod %s: exits (code, restarts) %v, want %v:\n%s", p.Name, got, want, describe(p))
+	}
+	t.Logf("pod %s: %s, exits (code, restarts) %v", p.Name, p.Status.Phase, got)
+}
+
+func maps(a, b map[string]exited) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// describe is a pod's status for a failure message.
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "(no pod)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s %s %s\n", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	for _, s := range statuses(p) {
+		st, _ := json.Marshal(s.State)
+		last, _ := json.Marshal(s.LastTerminationState)
+		fmt.Fprintf(&b, "  %s: restarts %d state %s last %s\n", s.Name, s.RestartCount, st, last)
+	}
+	return b.String()
+}
