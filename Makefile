@@ -21,7 +21,7 @@ demo: build
 # fails that test. Then the pod tests once more against the binaries as
 # shipped (static, CGO_ENABLED=0). The pod tests mostly wait on processes,
 # so more of them run at once than there are cores.
-test: test-deploy
+test: test-deploy fuzz
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
@@ -33,6 +33,12 @@ test: test-deploy
 # binary's. A cold build of it takes minutes; later runs use the build cache.
 test-deploy:
 	cd deploytest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# Every fuzz target for FUZZTIME each (3 s: about a minute and a half in
+# all on 2 cores), after its seed corpus in testdata/fuzz/.
+FUZZTIME ?= 3s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 # Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
 docs:
