@@ -14,7 +14,8 @@ build:
 demo: build
 	BIN=$(BIN) bash scripts/demo.sh
 
-# Unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
+# The deploy/ checks, every fuzz target for a few seconds (fuzz, below), then
+# unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
 # (those need root for namespaces; they skip themselves otherwise), all under
 # the race detector, which needs cgo and a C compiler. Under it the tests
 # build race-instrumented binaries, so that a race in a process a test drives
@@ -56,6 +57,9 @@ image:
 	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
 		-t $(REGISTRY)/client:$(VERSION) .
 
+# Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
+# pattern, the shell loops), then docs/benchmarks.md's generated part and
+# docs/benchmarks.svg; docs/benchmarks.md. Needs root; about 12 minutes.
 bench: build
 	bash scripts/bench.sh
 
