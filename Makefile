@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test test-deploy test-kubelet bench fuzz clean image docs
+.PHONY: build demo test test-deploy test-kubelet fuzz bench clean image docs
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -14,14 +14,15 @@ build:
 demo: build
 	BIN=$(BIN) bash scripts/demo.sh
 
-# Unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
+# The deploy/ checks, every fuzz target for a few seconds (fuzz, below), then
+# unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
 # (those need root for namespaces; they skip themselves otherwise), all under
 # the race detector, which needs cgo and a C compiler. Under it the tests
 # build race-instrumented binaries, so that a race in a process a test drives
 # fails that test. Then the pod tests once more against the binaries as
 # shipped (static, CGO_ENABLED=0). The pod tests mostly wait on processes,
 # so more of them run at once than there are cores.
-test: test-deploy test-kubelet
+test: test-deploy test-kubelet fuzz
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
@@ -44,6 +45,12 @@ test-deploy:
 test-kubelet:
 	cd kubelettest && $(GO) vet ./... && $(GO) test -v -count=1 -parallel 16 -timeout 20m ./...
 
+# Every fuzz target for FUZZTIME each (3 s: about a minute and a half in
+# all on 2 cores), after its seed corpus in testdata/fuzz/.
+FUZZTIME ?= 3s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
 # Regenerates docs/lifecycle.svg from docs/lifecycle.seq.
 docs:
 	cd deploytest && $(GO) run ./cmd/seqsvg ../docs/lifecycle.seq > ../docs/lifecycle.svg.tmp
@@ -60,6 +67,9 @@ image:
 	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
 		-t $(REGISTRY)/client:$(VERSION) .
 
+# Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
+# pattern, the shell loops), then docs/benchmarks.md's generated part and
+# docs/benchmarks.svg; docs/benchmarks.md. Needs root; about 12 minutes.
 bench: build
 	bash scripts/bench.sh
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The benchmarks of docs/benchmarks.md, end to end: installs the Debian tools
 # they need, builds, runs them all and prints a summary. Needs root (PID and
-# network namespaces) and takes about 5 minutes on a 2-core VM. Everything
+# network namespaces) and takes about 12 minutes on a 2-core VM. Everything
 # runs on loopback, in namespaces it creates, with bounded loops.
 #
 #   make bench                       # or: bash scripts/bench.sh
 #   PS_BENCH_QUICK=1 make bench      # a tenth of the samples, a smoke run
 #
 # Raw output goes to $BIN/bench/ (e2e.txt, storm-hyperfine.md, portwatch.txt,
-# summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/.
+# summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/. At the
+# end it rewrites the generated block of docs/benchmarks.md and
+# docs/benchmarks.svg from that output (benchreport/). pilot-agent, a peer
+# baseline, is built once per istio version into $BIN/cache/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -47,12 +50,33 @@ echo "== build"
 RUNBIN=$OUT/bin
 make --no-print-directory build BIN="$RUNBIN"
 CGO_ENABLED=0 go build -trimpath -o "$RUNBIN/storm" ./scripts/storm
+CGO_ENABLED=0 go build -trimpath -o "$RUNBIN/scuttle" ./scripts/scuttle
+
+# pilot-agent, the baseline of `wait` and `complete`, from the istio.io/istio
+# version deploytest/ already requires, in a throwaway module of its own
+# under $BIN/cache (so neither go.mod gains istio's build-only requirements).
+# A cold build takes minutes; the binary is kept per version.
+istio=$(awk '$1 == "istio.io/istio" {print $2; exit}' deploytest/go.mod)
+agent=$BIN/cache/pilot-agent-$istio
+if [ ! -x "$agent" ]; then
+  echo "== building pilot-agent $istio (cached in $BIN/cache)"
+  mod=$BIN/cache/pilot-agent-mod
+  rm -rf "$mod" && mkdir -p "$mod"
+  cp deploytest/go.sum "$mod/"
+  printf 'module pilotagentbuild\n\ngo 1.26.0\n\nrequire istio.io/istio %s\n' "$istio" >"$mod/go.mod"
+  (cd "$mod" && go get "istio.io/istio/pilot/cmd/pilot-agent@$istio" &&
+    CGO_ENABLED=0 go build -trimpath -o "$agent.tmp" istio.io/istio/pilot/cmd/pilot-agent) &&
+    mv "$agent.tmp" "$agent" ||
+    echo "bench: warning: pilot-agent did not build; its baselines are left out" >&2
+fi
+[ -x "$agent" ] && cp "$agent" "$RUNBIN/pilot-agent"
 
 machine() {
   local changes
   changes=$(git diff --shortstat HEAD 2>/dev/null | sed 's/^ *//')
   echo "measured: $("$RUNBIN/proxy-supervisor" version) (${changes:-no uncommitted changes to tracked files}); $(date -u +%Y-%m-%dT%H:%MZ); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "kernel $(uname -r), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -m | awk '/^Mem:/ {print $2}') MiB RAM"
+  echo "peers: pilot-agent from istio.io/istio $(awk '$1 == "istio.io/istio" {print $2; exit}' deploytest/go.mod), scuttle's pattern from scripts/scuttle"
   echo "$(go version); tini $(tini --version 2>&1 | awk '{print $3}'); dumb-init $(dumb-init --version 2>&1 | awk '{print $2}'); $(hyperfine --version); wrk $(wrk -v 2>&1 | awk 'NR==1 {print $2}')"
 }
 machine | tee "$OUT/machine.txt"
@@ -66,7 +90,7 @@ sampler=$!
 trap 'kill "$sampler" 2>/dev/null || true' EXIT
 
 # --- 1-6: the pod-sandbox benchmarks (e2e/bench_test.go) ------------------
-echo "== e2e benchmarks (idle memory, orphan storm, readiness, /healthz/ready, completion, drain)"
+echo "== e2e benchmarks (idle memory, orphan storm, readiness, /healthz/ready, completion, drain, exec, drain CPU, memory after a burst)"
 status=0
 (cd e2e && PS_BENCH_BIN="$RUNBIN" go test -count=1 -run '^$' -bench . -benchtime 1x -timeout 25m .) \
   | tee "$OUT/e2e.txt" || status=1
@@ -105,12 +129,25 @@ go test -count=1 -run '^$' -bench Scan -benchtime 200x ./internal/portwatch/ | t
   awk -F'\t' '/^ROW/ {printf "  %-50s %-88s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8}' "$OUT/e2e.txt"
   awk -F'\t' '/^NOTE/ {printf "  note: %s: %s\n", $2, $3}' "$OUT/e2e.txt"
   echo
+  echo "-- CPU (ms per second)"
+  awk -F'\t' '/^CPU/ {printf "  %-50s %s %s %s %s\n", $3, $4, $5, $6, $7}' "$OUT/e2e.txt"
+  echo
+  echo "-- memory after a 5 s wrk burst (kB)"
+  awk -F'\t' '/^BURST/ {printf "  %-24s %s %s\n", $2, $3, $4}' "$OUT/e2e.txt"
+  echo
   echo "-- orphan storm, whole command (hyperfine: each command's runs in one block, so drift lands on the later ones; the target is judged on the interleaved runs above)"
   cat "$OUT/storm-hyperfine.md"
   echo
   echo "-- port scan (ns per scan)"
   awk '/^BenchmarkScan/ {printf "  %-45s %s ns/op\n", $1, $3}' "$OUT/portwatch.txt"
 } | tee "$OUT/summary.txt"
+
+# --- report ---------------------------------------------------------------
+# The generated part of docs/benchmarks.md and its chart, by benchreport/ (a
+# module of its own: the plotting library stays out of the binary's).
+cut -d' ' -f1-3 /proc/loadavg >"$OUT/load-end.txt"
+echo "== docs/benchmarks.md and docs/benchmarks.svg"
+(cd benchreport && go run . -in "$OUT" -doc ../docs/benchmarks.md -svg ../docs/benchmarks.svg) || status=1
 
 if [ "$status" -ne 0 ]; then
   echo "bench: a benchmark failed; see $OUT" >&2

@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/logbuf"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/memtrim"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
@@ -198,7 +199,10 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		fmt.Fprintf(logw, "proxy-supervisor: supervise: %v\n", err)
 		return 1
 	}
+	// A load burst must not leave its pages resident for the pod's life.
+	stopTrim := memtrim.Start(memtrim.DefaultEvery, memtrim.DefaultSlack)
 	code, err = s.Run()
+	stopTrim()
 	if err != nil {
 		log.Error("supervise", "err", err, "exit_code", code)
 	}

@@ -33,12 +33,16 @@ type Scanner interface {
 }
 
 // Defaults of Config's pacing. The port scan is a netlink dump of listeners
-// only (tens of microseconds), so it runs often. Envoy's stats are asked for
+// only (tens of microseconds), but each tick also wakes an idle process,
+// which on a small VM costs 0.1-0.3 ms of CPU: at 10 ms that was 20-30 ms of
+// CPU per second of drain. 40 ms keeps a drain that waits on a listening app
+// to about a quarter of that, and still answers a closed port within one
+// tick, inside prestop's 50 ms (docs/benchmarks.md). Envoy's stats are asked for
 // at once when the app's ports are seen closed (until then the answer cannot
 // end the drain), then at most every StatsEvery: /stats runs on Envoy's main
 // thread.
 const (
-	DefaultTick       = 10 * time.Millisecond
+	DefaultTick       = 40 * time.Millisecond
 	DefaultStatsEvery = 100 * time.Millisecond
 	DefaultProgress   = time.Second
 	// DefaultQuiet is how long the drained condition must hold before the

@@ -1,0 +1,38 @@
+package memtrim
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+var sink [][]byte
+
+// A burst's garbage, once collected, is free but resident; the trimmer must
+// release it within a few checks.
+func TestReleasesFreeHeapAfterBurst(t *testing.T) {
+	for range 1024 {
+		sink = append(sink, make([]byte, 8<<10))
+	}
+	sink = nil
+	runtime.GC()
+	sample := NewSample()
+	if f := Free(sample); f <= DefaultSlack {
+		t.Skipf("the burst left only %d free bytes; nothing to observe", f)
+	}
+	stop := Start(10*time.Millisecond, DefaultSlack)
+	defer stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for Free(sample) > DefaultSlack {
+		if time.Now().After(deadline) {
+			t.Fatalf("still %d free bytes resident after 5 s", Free(sample))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStopWaits(t *testing.T) {
+	stop := Start(time.Millisecond, 0)
+	time.Sleep(5 * time.Millisecond)
+	stop() // returns only once the goroutine has ended; a hang fails the test's timeout
+}
