@@ -17,6 +17,11 @@ import (
 // instead of staying resident for the pod's life. (Only part of it can be:
 // the runtime's metadata for the grown heap stays; docs/benchmarks.md.)
 func TestMemoryReturnsAfterBurst(t *testing.T) {
+	if proctest.Race {
+		// The race detector's shadow memory swamps what is measured here;
+		// make test runs e2e once more with the binaries as shipped.
+		t.Skip("the supervisor is race-built")
+	}
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil)
