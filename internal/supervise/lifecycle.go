@@ -1,16 +1,13 @@
 package supervise
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // Phase is where the supervisor is in the pod's lifecycle. Phases only move
@@ -185,32 +182,3 @@ func (l *lifecycle) view() view {
 // later on a busy node. 2 s covers that with room, and delays a Job whose
 // app was SIGTERMed for another reason by no more than 2 s.
 const DefaultDeletionWindow = 2 * time.Second
-
-// settle acts on a verdict that stops the proxy. A peer killed by SIGTERM
-// under Never may be the first sign of the pod's deletion, whose preStop
-// or SIGTERM for the proxy is still on its way; the verdict then waits the
-// deletion window, and either of those within it decides 0 (see decide).
-// A preStop that came in the window has started the drain: the proxy
-// stops once it has ended, as on SIGTERM, so that the hook is not cut.
-func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
-	term := v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM) && s.cfg.Policy.Restart != peers.OnFailure
-	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, SIGTERMed: term})
-	if term {
-		s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
-			"peer", v.Failed, "window", s.cfg.DeletionWindow)
-		t := time.NewTimer(s.cfg.DeletionWindow)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-		s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
-	}
-	// A drain under way (a pod deletion) is not cut short: another peer may
-	// still be finishing through the proxy. Its end stops the proxy.
-	if s.life.view().draining && s.drain(why, true) != nil {
-		return
-	}
-	s.stop(why)
-}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
@@ -340,33 +339,6 @@ func (s *Supervisor) stop(why string) {
 	s.proc.Stop(why)
 }
 
-// awaitVerdict acts once the completion records settle the job: the exit
-// code is fixed and the proxy stopped, except for a native sidecar, whose
-// end is the kubelet's SIGTERM. It then waits for the group's end, since its
-// own end would end the group.
-func (s *Supervisor) awaitVerdict(ctx context.Context) error {
-	for {
-		v, turn := s.book.Next()
-		why := "every peer succeeded"
-		if v.Failed != "" {
-			why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
-		}
-		switch {
-		case v.Done:
-			s.settle(ctx, v, why)
-			<-ctx.Done()
-			return nil
-		case v.Settled:
-			s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
-		}
-		select {
-		case <-turn:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
 // readinessChanged is the tracker's OnChange: it moves the lifecycle to
 // Ready the first time the proxy is ready, and logs and counts every change
 // of readiness. The tracker calls it before it wakes anyone waiting for
@@ -410,95 +382,4 @@ func (s *Supervisor) learnEnvoyPorts() {
 		return
 	}
 	s.envoyPorts.Store(&ports)
-}
-
-// drain starts the termination's drain, or joins the one under way, and
-// returns it; nil when the proxy is already stopping. With thenStop the
-// proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
-// ended already checks again first, within what is left of the bound, since
-// the app may have opened connections since.
-func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
-	run, isNew, stopOwner := s.life.beginDrain(trigger, thenStop)
-	if run == nil {
-		return nil
-	}
-	if isNew {
-		go s.runDrain(run, trigger)
-	} else {
-		s.log.Info("drain already started", "trigger", trigger)
-	}
-	if stopOwner {
-		ended := !isNew && isClosed(run.done)
-		go func() {
-			<-run.done
-			if ended {
-				s.recheckDrain(run, trigger)
-			}
-			s.stop(trigger)
-		}()
-	}
-	return run
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// drainConfig is the drain's config for one trigger.
-func (s *Supervisor) drainConfig(trigger string) drain.Config {
-	return drain.Config{
-		Admin:           s.cfg.Admin,
-		Scanner:         s.scanner,
-		Owner:           s.cfg.Owner,
-		Min:             s.cfg.DrainMin,
-		Timeout:         s.cfg.DrainTimeout,
-		InboundOnly:     s.cfg.DrainInboundOnly,
-		HealthcheckFail: s.cfg.DrainHealthcheckFail,
-		Running:         s.peersRunning,
-		Tick:            s.cfg.Intervals.DrainTick,
-		StatsEvery:      s.cfg.Intervals.DrainStats,
-		Progress:        s.cfg.Intervals.DrainProgress,
-		Quiet:           s.cfg.Intervals.DrainQuiet,
-		Log:             s.log.With("trigger", trigger),
-	}
-}
-
-// learnedPorts are Envoy's listeners' ports learned when it was ready.
-func (s *Supervisor) learnedPorts() []uint16 {
-	if p := s.envoyPorts.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *Supervisor) runDrain(run *drainRun, trigger string) {
-	run.result = drain.Run(s.drainConfig(trigger), s.learnedPorts(), s.book.Settled())
-	s.m.drained(run.result)
-	close(run.done)
-}
-
-// recheckDrain waits again for the drain's condition, within what is left
-// of the first drain's bound: the listeners are drained already.
-func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
-	cfg := s.drainConfig(trigger)
-	cfg.Recheck = true
-	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
-	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
-}
-
-// peersRunning counts the peers that still run under exec.
-func (s *Supervisor) peersRunning() int {
-	ps, _ := s.book.Peers()
-	n := 0
-	for _, p := range ps {
-		if p.Running {
-			n++
-		}
-	}
-	return n
 }
