@@ -180,6 +180,9 @@ func (l *dataListener) serveHTTP(c *dataConn) {
 			io.WriteString(c.nc, httpResponse(http.StatusBadRequest, "Bad Request", false, true))
 			return
 		}
+		// Envoy counts a request when its headers are decoded, so a client that has its
+		// response always sees itself in downstream_rq_total.
+		rqTotal.add(1)
 		rqActive.add(1)
 		io.Copy(io.Discard, req.Body)
 		req.Body.Close()
@@ -188,7 +191,6 @@ func (l *dataListener) serveHTTP(c *dataConn) {
 		body := fmt.Sprintf("fake-envoy listener %s\n", l.cfg.Name)
 		_, werr := io.WriteString(c.nc, httpResponse(http.StatusOK, body, req.Method == http.MethodHead, closing))
 		rqActive.add(-1)
-		rqTotal.add(1)
 		if werr != nil {
 			return
 		}
