@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"os/exec"
@@ -35,17 +36,16 @@ type pilotAgent struct {
 }
 
 // buildPilotAgent builds pilot-agent with scripts/pilot-agent.sh, the build
-// make bench uses, cached in the user's cache beside the kubelet.
+// make bench uses, cached in the user's cache beside the kubelet. The
+// build's progress is shown as it goes; its last line says why it failed.
 func buildPilotAgent() pilotAgent {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join("..", "scripts", "pilot-agent.sh"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(os.Stdout, &stderr)
 	if err := cmd.Run(); err != nil {
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		return pilotAgent{missing: fmt.Sprintf("pilot-agent did not build (%v): %s", err, lines[len(lines)-1])}
 	}
-	os.Stdout.Write(stderr.Bytes()) //nolint:errcheck // the build's progress, if it built
 	bin := strings.TrimSpace(stdout.String())
 	return pilotAgent{bin: bin, template: filepath.Join(filepath.Dir(bin), "envoy_bootstrap_tmpl.json")}
 }
