@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"math/big"
 	"os"
@@ -37,14 +36,19 @@ type pilotAgent struct {
 
 // buildPilotAgent builds pilot-agent with scripts/pilot-agent.sh, the build
 // make bench uses, cached in the user's cache beside the kubelet. The
-// build's progress is shown as it goes; its last line says why it failed.
+// build's progress is shown as it goes; go's last line says why it failed.
 func buildPilotAgent() pilotAgent {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join("..", "scripts", "pilot-agent.sh"))
 	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(os.Stdout, &stderr)
 	if err := cmd.Run(); err != nil {
-		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-		return pilotAgent{missing: fmt.Sprintf("pilot-agent did not build (%v): %s", err, lines[len(lines)-1])}
+		why := err.Error()
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "pilot-agent: ") {
+				why = line
+			}
+		}
+		return pilotAgent{missing: "pilot-agent did not build: " + why}
 	}
 	bin := strings.TrimSpace(stdout.String())
 	return pilotAgent{bin: bin, template: filepath.Join(filepath.Dir(bin), "envoy_bootstrap_tmpl.json")}
