@@ -12,7 +12,8 @@ import (
 	"runtime"
 )
 
-// imageFile is a host file copied into an image's only layer, mode 0755.
+// imageFile is a host file copied into an image's only layer, with its
+// mode; its parent directories are made, mode 0755.
 type imageFile struct{ src, dst string }
 
 // writeImage writes an OCI image layout archive, which `ctr images import`
@@ -21,12 +22,27 @@ type imageFile struct{ src, dst string }
 func writeImage(out, name string, files []imageFile, entrypoint []string) error {
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
+	dirs := map[string]bool{}
 	for _, f := range files {
 		data, err := os.ReadFile(f.src)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", name, err)
 		}
-		hdr := &tar.Header{Name: f.dst, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		info, err := os.Stat(f.src)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", name, err)
+		}
+		var parents []string
+		for d := filepath.Dir(f.dst); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			parents = append(parents, d)
+			dirs[d] = true
+		}
+		for i := len(parents) - 1; i >= 0; i-- {
+			if err := tw.WriteHeader(&tar.Header{Name: parents[i] + "/", Mode: 0o755, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+		}
+		hdr := &tar.Header{Name: f.dst, Mode: int64(info.Mode().Perm()), Size: int64(len(data)), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}

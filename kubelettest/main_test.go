@@ -21,6 +21,10 @@ const kubeletVersion = "v1.37.2"
 // in parallel.
 var theNode *node
 
+// theAgent is the real pilot-agent that the Istio scenarios run, or why
+// there is none: they alone skip without it.
+var theAgent pilotAgent
+
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
@@ -38,7 +42,11 @@ func testMain(m *testing.M) int {
 		fmt.Println("kubelettest:", err)
 		return 1
 	}
-	images, err := buildImages()
+	theAgent = buildPilotAgent()
+	if theAgent.missing != "" {
+		fmt.Printf("kubelettest: the pilot-agent scenarios will be SKIPPED (failed under CI=true): %s\n", theAgent.missing)
+	}
+	images, err := buildImages(theAgent)
 	if err != nil {
 		fmt.Println("kubelettest:", err)
 		return 1
@@ -127,8 +135,9 @@ func buildKubelet() (string, error) {
 
 // buildImages builds the static binaries and writes the node's images as
 // OCI archives: the pause image, the client image of the manifests, the
-// proxy image (the supervisor and the fake Envoy) and the app image.
-func buildImages() ([]string, error) {
+// proxy image (the supervisor and the fake Envoy), the app image and, when
+// pilot-agent built, the Istio image.
+func buildImages(agent pilotAgent) ([]string, error) {
 	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-images-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
@@ -145,15 +154,18 @@ func buildImages() ([]string, error) {
 			return nil, err
 		}
 	}
-	images := []struct {
-		name  string
-		files []imageFile
-		entry []string
-	}{
+	images := []image{
 		{pauseImage, []imageFile{{bin("pause"), "pause"}}, []string{"/pause"}},
 		{clientImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}}, []string{"/proxy-supervisor"}},
 		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}}, []string{"/proxy-supervisor"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
+	}
+	if agent.missing == "" {
+		files, err := istioFiles(dir, bin, agent)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, image{istioImage, files, []string{"/usr/local/bin/pilot-agent"}})
 	}
 	var tars []string
 	for i, img := range images {
@@ -164,6 +176,13 @@ func buildImages() ([]string, error) {
 		tars = append(tars, out)
 	}
 	return tars, nil
+}
+
+// image is an image's name, its files and its entrypoint.
+type image struct {
+	name  string
+	files []imageFile
+	entry []string
 }
 
 func goBuild(dir, out string, args ...string) error {

@@ -3,6 +3,8 @@ package kubelettest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,7 +30,14 @@ const hello = "http://127.0.0.1:8000/hello"
 // (after `proxy-supervisor exec ... --` when the manifest wraps it).
 func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "deploy", "envoy-sidecar", manifest))
+	return fromDeploy(t, filepath.Join("envoy-sidecar", manifest), name, app...)
+}
+
+// fromDeploy is podFrom for any manifest under deploy/: an Istio form's
+// istio-proxy (image auto) becomes the real pilot-agent (istioProxy).
+func fromDeploy(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "deploy", manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +65,8 @@ func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 		case strings.HasPrefix(c.Image, "envoyproxy/envoy"):
 			c.Image = envoyImage
 			c.Command = append(beforeDashes(c.Command), fakeEnvoy...)
+		case c.Image == "auto": // Istio fills in its proxy image
+			istioProxy(t, pod, c)
 		case strings.HasPrefix(c.Image, "busybox"):
 			c.Image = appImage
 			if len(app) == 0 {
@@ -242,4 +253,19 @@ func describe(p *corev1.Pod) string {
 		fmt.Fprintf(&b, "  %s: restarts %d state %s last %s\n", s.Name, s.RestartCount, st, last)
 	}
 	return b.String()
+}
+
+// logs is what a container of a pod has written, from the kubelet's API.
+func (n *node) logs(t *testing.T, name, container string) string {
+	t.Helper()
+	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s-%s/%s", name, nodeName, container))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body)
+	}
+	return string(body)
 }

@@ -11,7 +11,7 @@
 # summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/. At the
 # end it rewrites the generated block of docs/benchmarks.md and
 # docs/benchmarks.svg from that output (benchreport/). pilot-agent, a peer
-# baseline, is built once per istio version into $BIN/cache/.
+# baseline, is built once per istio version by scripts/pilot-agent.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -52,24 +52,14 @@ make --no-print-directory build BIN="$RUNBIN"
 CGO_ENABLED=0 go build -trimpath -o "$RUNBIN/storm" ./scripts/storm
 CGO_ENABLED=0 go build -trimpath -o "$RUNBIN/scuttle" ./scripts/scuttle
 
-# pilot-agent, the baseline of `wait` and `complete`, from the istio.io/istio
-# version deploytest/ already requires, in a throwaway module of its own
-# under $BIN/cache (so neither go.mod gains istio's build-only requirements).
-# A cold build takes minutes; the binary is kept per version.
-istio=$(awk '$1 == "istio.io/istio" {print $2; exit}' deploytest/go.mod)
-agent=$BIN/cache/pilot-agent-$istio
-if [ ! -x "$agent" ]; then
-  echo "== building pilot-agent $istio (cached in $BIN/cache)"
-  mod=$BIN/cache/pilot-agent-mod
-  rm -rf "$mod" && mkdir -p "$mod"
-  cp deploytest/go.sum "$mod/"
-  printf 'module pilotagentbuild\n\ngo 1.26.0\n\nrequire istio.io/istio %s\n' "$istio" >"$mod/go.mod"
-  (cd "$mod" && go get "istio.io/istio/pilot/cmd/pilot-agent@$istio" &&
-    CGO_ENABLED=0 go build -trimpath -o "$agent.tmp" istio.io/istio/pilot/cmd/pilot-agent) &&
-    mv "$agent.tmp" "$agent" ||
-    echo "bench: warning: pilot-agent did not build; its baselines are left out" >&2
+# pilot-agent, the baseline of `wait` and `complete`, built once per
+# istio.io/istio version into the user's cache (scripts/pilot-agent.sh, which
+# the real-kubelet suite uses too).
+if agent=$(bash scripts/pilot-agent.sh); then
+  cp "$agent" "$RUNBIN/pilot-agent"
+else
+  echo "bench: warning: pilot-agent did not build; its baselines are left out" >&2
 fi
-[ -x "$agent" ] && cp "$agent" "$RUNBIN/pilot-agent"
 
 machine() {
   local changes

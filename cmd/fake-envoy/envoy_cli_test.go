@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // pilotAgentArgs is the command line pilot-agent gives Envoy (Istio 1.25 on
@@ -29,6 +33,28 @@ func TestPilotAgentCommandLine(t *testing.T) {
 	_, body, err := get(admin, "GET", "/server_info", 2*time.Second)
 	if err != nil || !strings.Contains(body, `"drain_time": "45s"`) || !strings.Contains(body, `"config_path": "etc/istio/proxy/envoy-rev.json"`) {
 		t.Fatalf("/server_info %v:\n%s", err, body)
+	}
+}
+
+// Under pilot-agent the fake's command line is pilot-agent's: its fixture
+// flags come from FAKE_ENVOY_FLAGS, which pilot-agent passes on with the rest
+// of its environment.
+func TestFixtureFlagsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	p := &proc{t: t, dir: t.TempDir()}
+	cmd := exec.Command(build(t), pilotAgentArgs...)
+	cmd.Env = append(os.Environ(), "FAKE_ENVOY_FLAGS=--admin-addr 127.0.0.1:0 --listener inbound=127.0.0.1:0,inbound"+
+		" --admin-address-path "+filepath.Join(p.dir, "admin")+" --ready-file "+filepath.Join(p.dir, "ready"))
+	p.Proc = proctest.Start(t, "fake-envoy", cmd)
+	p.stderr = p.Out
+	admin := p.live()
+	_, body, err := get(admin, "GET", "/listeners", 2*time.Second)
+	_, addr, ok := strings.Cut(strings.TrimSpace(body), "inbound::")
+	if err != nil || !ok {
+		t.Fatalf("/listeners %v: %q, want the listener from FAKE_ENVOY_FLAGS", err, body)
+	}
+	if code, _, err := get(addr, "GET", "/hello", 2*time.Second); err != nil || code != 200 {
+		t.Fatalf("GET %s/hello: %d %v", addr, code, err)
 	}
 }
 

@@ -58,7 +58,19 @@ they kill Envoy before its handlers are installed; USR2 kills it at any time. On
 LIVE, TERM and INT shut it down at once and it exits 0, USR1 reopens the logs and
 HUP is logged and ignored. SEGV, ABRT, BUS, ILL and FPE, sent from outside or not,
 log a crash with a backtrace and re-raise, so it dies of that signal (139, 134...).
+
+FAKE_ENVOY_FLAGS, when set, holds more arguments, split at spaces, taken before
+the command line's: the fixture's flags reach a fake whose command line a parent
+writes, as pilot-agent writes Envoy's and passes its own environment on.
 `
+
+// envFlags is the variable whose arguments come before the command line's.
+const envFlags = "FAKE_ENVOY_FLAGS"
+
+// withEnvFlags is the command line with the variable's arguments first.
+func withEnvFlags(args []string, env string) []string {
+	return append(strings.Fields(env), args...)
+}
 
 // optKind is how an Envoy option takes its value.
 type optKind int

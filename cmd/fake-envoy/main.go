@@ -30,7 +30,7 @@ func main() {
 			os.Exit(orphan(os.Args[2:]))
 		}
 	}
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(withEnvFlags(os.Args[1:], os.Getenv(envFlags)), os.Stderr))
 }
 
 func run(args []string, stderr io.Writer) int {

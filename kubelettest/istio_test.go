@@ -1,0 +1,228 @@
+package kubelettest
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// istioImage is Istio's proxyv2 as far as pilot-agent needs it without
+// istiod: the supervisor, pilot-agent, the fake Envoy at Envoy's path,
+// Istio's bootstrap template and a root certificate where pilot-agent reads
+// them (relative to its working directory, /).
+const istioImage = "docker.io/proxy-supervisor-test/proxyv2:dev"
+
+// pilotAgent is the real pilot-agent and the bootstrap template beside it,
+// or why there is none.
+type pilotAgent struct {
+	bin, template string
+	missing       string
+}
+
+// buildPilotAgent builds pilot-agent with scripts/pilot-agent.sh, the build
+// make bench uses, cached in the user's cache beside the kubelet. The
+// build's progress is shown as it goes; go's last line says why it failed.
+func buildPilotAgent() pilotAgent {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join("..", "scripts", "pilot-agent.sh"))
+	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(os.Stdout, &stderr)
+	if err := cmd.Run(); err != nil {
+		why := err.Error()
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "pilot-agent: ") {
+				why = line
+			}
+		}
+		return pilotAgent{missing: "pilot-agent did not build: " + why}
+	}
+	bin := strings.TrimSpace(stdout.String())
+	return pilotAgent{bin: bin, template: filepath.Join(filepath.Dir(bin), "envoy_bootstrap_tmpl.json")}
+}
+
+// needPilotAgent skips a test that runs the real pilot-agent when it did
+// not build, and fails it under CI=true, as the suite's own skip does.
+func needPilotAgent(t *testing.T) {
+	t.Helper()
+	if theAgent.missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("kubelettest: %s; CI=true, so this fails", theAgent.missing)
+	}
+	t.Skipf("kubelettest: SKIPPED, %s", theAgent.missing)
+}
+
+// istioFiles are the files of the Istio image, written into dir.
+func istioFiles(dir string, bins func(string) string, agent pilotAgent) ([]imageFile, error) {
+	cert, err := rootCert()
+	if err != nil {
+		return nil, err
+	}
+	certFile := filepath.Join(dir, "root-cert.pem")
+	if err := os.WriteFile(certFile, cert, 0o644); err != nil {
+		return nil, err
+	}
+	return []imageFile{
+		{bins("proxy-supervisor"), "usr/local/bin/proxy-supervisor"},
+		{agent.bin, "usr/local/bin/pilot-agent"},
+		{bins("fake-envoy"), "usr/local/bin/envoy"},
+		{agent.template, "var/lib/istio/envoy/envoy_bootstrap_tmpl.json"},
+		{certFile, "var/run/secrets/istio/root-cert.pem"},
+	}, nil
+}
+
+// rootCert is a self-signed CA certificate, the mesh's root as pilot-agent
+// reads it: it only dials the (missing) istiod with it.
+func rootCert() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "kubelettest root"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// istioProxy turns an Istio form's istio-proxy, whose command runs the
+// supervisor over /usr/local/bin/pilot-agent, into the container Istio's
+// injector would make of it, with what pilot-agent needs without istiod:
+// the args (proxy sidecar), PROXY_CONFIG from the pod's annotation with
+// binaryPath naming the fake Envoy (which gets its listener on :8000
+// through FAKE_ENVOY_FLAGS, pilot-agent passing its environment on),
+// Istio's uid and security context, the directories pilot-agent writes
+// (emptyDirs, its root filesystem being read-only) and Istio's probe
+// timings on the form's probes. The static pod has no ConfigMap and no
+// token: the root certificate is in the image, and the CA requests to the
+// missing istiod fail harmlessly.
+func istioProxy(t *testing.T, pod *corev1.Pod, c *corev1.Container) {
+	t.Helper()
+	cfg := map[string]any{}
+	if a := pod.Annotations["proxy.istio.io/config"]; a != "" {
+		if err := json.Unmarshal([]byte(a), &cfg); err != nil {
+			t.Fatalf("proxy.istio.io/config: %v", err)
+		}
+	}
+	cfg["binaryPath"] = "/usr/local/bin/envoy"
+	proxyConfig, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Image = istioImage
+	c.Args = []string{"proxy", "sidecar"}
+	c.Env = append(c.Env,
+		corev1.EnvVar{Name: "PROXY_CONFIG", Value: string(proxyConfig)},
+		corev1.EnvVar{Name: "FAKE_ENVOY_FLAGS", Value: "--listener inbound=0.0.0.0:8000,inbound"})
+	c.SecurityContext = &corev1.SecurityContext{
+		RunAsUser:                ref[int64](1337),
+		RunAsGroup:               ref[int64](1337),
+		RunAsNonRoot:             ref(true),
+		ReadOnlyRootFilesystem:   ref(true),
+		AllowPrivilegeEscalation: ref(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	for _, v := range []struct{ name, path string }{
+		{"istio-envoy", "/etc/istio/proxy"},
+		{"istio-data", "/var/lib/istio/data"},
+		{"workload-socket", "/var/run/secrets/workload-spiffe-uds"},
+		{"credential-socket", "/var/run/secrets/credential-uds"},
+		{"workload-certs", "/var/run/secrets/workload-spiffe-credentials"},
+	} {
+		empty := &corev1.EmptyDirVolumeSource{}
+		if v.name == "istio-envoy" {
+			empty.Medium = corev1.StorageMediumMemory
+		}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{EmptyDir: empty}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	if p := c.StartupProbe; p != nil {
+		p.PeriodSeconds, p.TimeoutSeconds, p.FailureThreshold = 1, 3, 600
+	}
+	if p := c.ReadinessProbe; p != nil {
+		p.PeriodSeconds, p.TimeoutSeconds, p.FailureThreshold = 15, 3, 4
+	}
+}
+
+func ref[T any](v T) *T { return &v }
+
+// The real pilot-agent as the supervisor's child, in the Istio form that
+// carries the proxy's command itself: the Job's app, under exec, gets its
+// answer through Envoy (run by pilot-agent) and completes; the supervisor
+// stops Envoy, pilot-agent exits with it, and every container exits 0.
+func TestIstioPilotAgentJob(t *testing.T) {
+	t.Parallel()
+	needPilotAgent(t)
+	n := theNode
+	n.run(t, fromDeploy(t, "istio/job-override.yaml", "istio-job", "/podapp", "get", hello))
+	p := n.waitPhase(t, "istio-job", jobTimeout, corev1.PodSucceeded)
+	wantExits(t, p, map[string]exited{"proxy-supervisor-install": {0, 0}, "istio-proxy": {0, 0}, "job": {0, 0}})
+	// The container's log: pilot-agent ran the fake Envoy, and the
+	// completion stopped them.
+	logs := n.logs(t, "istio-job", "istio-proxy")
+	for _, want := range []string{"Envoy command: [-c etc/istio/proxy/envoy-rev.json", `decided_by="every peer succeeded"`} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("the proxy container's log lacks %q:\n%s", want, logs)
+		}
+	}
+}
+
+// A pod deletion with the real pilot-agent as the child: the app's preStop
+// keeps it serving for 8 s, then its SIGTERM closes its port; the drain
+// holds the supervisor (and pilot-agent, and Envoy) until then, and the
+// supervisor exits 0 inside the grace period. The app is a Deployment's,
+// unwrapped, under restartPolicy Always.
+func TestIstioPilotAgentDeletionDrains(t *testing.T) {
+	t.Parallel()
+	needPilotAgent(t)
+	n := theNode
+	pod := fromDeploy(t, "istio/job-override.yaml", "istio-drain", "/podapp", "serve", "127.0.0.1:8080")
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	proxy := container(pod, "istio-proxy")
+	for i, a := range proxy.Command {
+		if strings.HasPrefix(a, "--restart-policy=") {
+			proxy.Command[i] = "--restart-policy=Always"
+		}
+	}
+	app := container(pod, "job")
+	app.Command = app.Command[len(beforeDashes(app.Command)):]
+	app.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/podapp", "sleep", "8s"}}}}
+	n.run(t, pod)
+	p := n.ready(t, "istio-drain")
+	got, deleted := n.deleteAndWait(t, p, "istio-drain", 60*time.Second)
+	wantCodes(t, got, map[string]int32{"istio-proxy": 0, "job": 0})
+	app1, proxy1 := got["job"].finished().Sub(deleted), got["istio-proxy"].finished().Sub(deleted)
+	grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	t.Logf("after the deletion: the app exited at %s, the supervisor at %s (grace %s)",
+		app1.Round(time.Millisecond), proxy1.Round(time.Millisecond), grace)
+	if app1 < 8*time.Second || proxy1 < app1 {
+		t.Fatalf("the supervisor exited at %s, before the app closed its port (%s, after its 8s preStop)", proxy1, app1)
+	}
+	if proxy1 > app1+5*time.Second || proxy1 > grace {
+		t.Fatalf("the supervisor exited at %s: want within 5s of the app's port closing (%s), inside the grace period %s", proxy1, app1, grace)
+	}
+}
