@@ -39,7 +39,9 @@ test-deploy:
 # containerd, runc and a standalone kubelet in their own namespaces. It needs
 # root and Debian's containerd, runc and containernetworking-plugins; without
 # them it skips with one line saying what is missing (and fails under
-# CI=true). The kubelet is built once into the user's cache (minutes cold).
+# CI=true). The kubelet is built once into the user's cache (minutes cold),
+# and pilot-agent (scripts/pilot-agent.sh) too, for the scenarios that run it
+# as the supervisor's child.
 # -v: the output shows each scenario's result. The pods mostly wait, so all
 # of them run at once.
 test-kubelet:
