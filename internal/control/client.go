@@ -107,6 +107,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	if err != nil {
 		return 0, err
 	}
+	// Every request of this API may be sent twice (a completion recorded
+	// again, a drain joined), so the transport may send a POST again on a
+	// fresh connection when the server closed an idle one under it, as it
+	// does a GET: exec reports over the connection that asked for readiness.
+	req.Header.Set("Idempotency-Key", "v1")
 	resp, err := c.http.Do(req)
 	if u := (*UntrustedError)(nil); errors.As(err, &u) {
 		return 0, u // it says all; the request's URL would only hide it

@@ -121,6 +121,19 @@ func (d Dir) Write(r Record) error {
 // put writes r to a temp file and renames it over <name>. With lock, the
 // temp file is locked LOCK_EX before it is written and returned open, so
 // the record is never visible unlocked.
+//
+// A final record is fsynced, and so is the directory after the rename: a
+// completion that was reported must survive a crash of the node. A running
+// record (lock) is not, which saves two of exec's four fsyncs: it only has
+// to be visible, and locked, while exec lives, and a crash ends exec and
+// its lock with it. What a crash can then bring back is the record that
+// the running one replaced, a final record of an earlier run of the same
+// name, and that record never decides for the later run: a name runs again
+// only after a failure under OnFailure (the kubelet does not restart a
+// container that succeeded), which leaves the peer pending; or under
+// Always or as a native sidecar, where no exit stops the proxy. The run's
+// own final record is written durably, and its directory fsync makes the
+// running record's rename durable too.
 func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
@@ -155,8 +168,10 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if _, err := f.Write(b); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	if !lock {
+		if err := f.Sync(); err != nil {
+			return nil, fmt.Errorf("record %s: %w", r.Name, err)
+		}
 	}
 	if err := os.Rename(f.Name(), d.file(r.Name)); err != nil {
 		if errors.Is(err, fs.ErrPermission) {
@@ -164,11 +179,11 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 		}
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
-	if err := d.sync(); err != nil {
-		return nil, fmt.Errorf("record %s: %w", r.Name, err)
-	}
 	if lock {
 		return f, nil
+	}
+	if err := d.sync(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
