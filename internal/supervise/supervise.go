@@ -337,6 +337,7 @@ func (s *Supervisor) stop(why string) {
 	}
 	s.log.Info("stop requested", "reason", why)
 	s.proc.Stop(why)
+	s.book.Unwatch()
 }
 
 // readinessChanged is the tracker's OnChange: it moves the lifecycle to
