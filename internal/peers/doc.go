@@ -10,10 +10,12 @@
 // supervisor starts, while the proxy is still starting, or across a restart
 // of the proxy container, and the supervisor finds it on its next Load.
 //
-// Every write is a temp file in the same directory, fsynced, renamed over
-// <name>, then the directory is fsynced. A reader sees the old record or the
-// new one, never a torn one, and a crash after the write returns cannot lose
-// it. Temp files are dotfiles, and Load ignores dotfiles.
+// Every write is a temp file in the same directory, renamed over <name>. A
+// reader sees the old record or the new one, never a torn one. A final
+// record is then fsynced, and the directory after it, before the write
+// returns, so a crash after the write returns cannot lose it; a running
+// record is not fsynced (see put for why neither order costs a promise).
+// Temp files are dotfiles, and Load ignores dotfiles.
 //
 // The supervisor creates the directory with mode 01777. Any uid may add a
 // record, but the sticky bit lets only a file's owner rename over it or
@@ -51,9 +53,8 @@
 //
 //  1. Begin, holding the claim, creates the temp file and takes LOCK_EX on
 //     it before the record has a name anyone looks at.
-//  2. It writes and fsyncs the running record, renames it to <name> and
-//     fsyncs the directory. A lock belongs to the open file, not to the
-//     path, so it survives the rename.
+//  2. It writes the running record and renames it to <name>. A lock
+//     belongs to the open file, not to the path, so it survives the rename.
 //  3. Finish writes the final record the ordinary way (a new inode renamed
 //     over <name>), and only then closes the locked file, then the claim.
 //
