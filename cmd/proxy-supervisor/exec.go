@@ -103,7 +103,17 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 		readyc <- r
 	}()
 	run, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
-	if err != nil && unwritable(err) {
+	var taken *peers.TakenError
+	switch {
+	case errors.As(err, &taken):
+		// Another uid must not be able to hold the Job hostage by taking
+		// the name first: run, and report the end over the socket, where
+		// the supervisor's --allowed-uids decides whose report counts.
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v; running without a running record, and reporting the end over the socket\n", taken)
+		err = nil
+	case err == nil && run.Unclaimed() != nil:
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v; running without the claim on the name\n", run.Unclaimed())
+	case err != nil && unwritable(err):
 		// The app must not be held hostage by a volume it cannot write:
 		// run it, and report its end over the socket.
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: cannot mark %s running (%v); running without the lock that marks it running, so a restarted supervisor cannot tell this run from an earlier one, and cannot see it lost if it is killed\n", *name, err)
@@ -318,7 +328,7 @@ func (r reporter) poke(code int, reason peers.Reason) error {
 		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
-		r.say("completion of %s recorded; no supervisor is listening yet, and it will read the record when it starts", r.name)
+		r.say("completion of %s recorded; no supervisor is listening (not yet, or no longer: it may have read the record and stopped), and one that starts reads it", r.name)
 	default:
 		r.say("completion of %s recorded; telling the supervisor failed (%v), and it will read the record on its next scan", r.name, err)
 	}
@@ -397,7 +407,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 			return 1
 		}
 		return 0
-	case unwritable(err):
+	case unwritable(err), errors.As(err, new(*peers.TakenError)):
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if rep.deliver(ctx, int(code), peers.Exited, err) != nil {

@@ -182,8 +182,8 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	if err := os.Rename(f.Name(), d.file(r.Name)); err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("record %s: another uid owns it (is the name used by another container?): %w", r.Name, err)
+		if t := takenBy(r.Name, d.file(r.Name), err); t != nil && errors.Is(err, fs.ErrPermission) {
+			return nil, t
 		}
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}

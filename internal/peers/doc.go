@@ -33,7 +33,10 @@
 // at once) on the name's claim file, <control-dir>/peers/.claim.<name>,
 // which is never renamed or removed, so every exec of the name locks the
 // same inode. It is opened read-only, with O_NOFOLLOW, and refused unless it
-// is a regular file; it is created only with O_EXCL. The claim is held for
+// is a regular file; it is created only with O_EXCL, mode 0600, so that no
+// other uid can open it to lock it. A claim file of another uid does not
+// stop Begin (a *TakenError, see Run.Unclaimed): another uid must not be
+// able to hold a Job hostage by taking its name first. The claim is held for
 // the whole run and released after the record's lock, by Finish, Abort or
 // the death of exec. Load skips claim files, as it skips every dotfile.
 //
