@@ -69,3 +69,19 @@ func TestStaleReadyMarkIsNotReady(t *testing.T) {
 		t.Fatalf("Ready on a stale marked socket: %v %v; want no supervisor", ready, err)
 	}
 }
+
+// With a list of allowed uids the socket is never marked, so that a client
+// outside the list is refused by its request instead of told the proxy is
+// ready by the mark.
+func TestNoReadyMarkUnderAllowedUIDs(t *testing.T) {
+	s, c := serve(t, newBackend(), []uint32{4242})
+	s.MarkReady(true)
+	if fi, err := os.Lstat(s.Path()); err != nil || fi.Mode()&os.ModeSticky != 0 {
+		t.Fatalf("socket mode %v (%v) under --allowed-uids", fi.Mode(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ready, _, err := c.Ready(ctx, time.Second); ready || !Refused(err) {
+		t.Fatalf("Ready of a uid outside --allowed-uids: %v %v; want refused", ready, err)
+	}
+}

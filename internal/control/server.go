@@ -82,9 +82,10 @@ type Server struct {
 	cancel context.CancelFunc // ends the long polls at Close
 	log    *slog.Logger
 
-	markMu sync.Mutex
-	marked bool // the ready mark is on the socket file
-	closed bool // the socket file is gone, or going
+	markMu   sync.Mutex
+	markable bool // no --allowed-uids: every uid may hear readiness
+	marked   bool // the ready mark is on the socket file
+	closed   bool // the socket file is gone, or going
 }
 
 // Listen creates the socket in the control directory dir, replacing a stale
@@ -113,11 +114,12 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 	h := &handler{b: b, allowed: allowed, log: log}
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cancel: cancel,
-		log:    log,
-		path:   path,
-		dir:    sd,
-		ino:    ino,
+		cancel:   cancel,
+		log:      log,
+		markable: len(allowed) == 0,
+		path:     path,
+		dir:      sd,
+		ino:      ino,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, every request is bounded in time, and a cap
 		// would hide the peer's credentials behind its wrapper.
@@ -271,11 +273,13 @@ const ReadyMark = unix.S_ISVTX
 // MarkReady sets the ready mark while ready, and clears it otherwise. The
 // supervisor calls it on every change of readiness, before it answers the
 // long polls waiting for it. A mark that is missing costs a client only its
-// request, so a failure to set it is logged and left.
+// request, so a failure to set it is logged and left. A server with a list
+// of allowed uids never sets it: a client outside the list must hear its
+// refusal from a request, not its readiness from the mark.
 func (s *Server) MarkReady(ready bool) {
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
-	if s.closed || s.marked == ready {
+	if !s.markable || s.closed || s.marked == ready {
 		return
 	}
 	mode := uint32(0o666)
