@@ -250,8 +250,8 @@ func runChild(argv []string, sigs <-chan os.Signal) (int, peers.Reason, error) {
 // alone.
 type reporter struct {
 	cmd, dir, name string
-	// client is exec's one client of the socket: the completion goes over
-	// the connection that asked for readiness, when the supervisor has
+	// client is exec's one client of the socket: when readiness came by a
+	// request, the completion goes over its connection, if the supervisor
 	// kept it open.
 	client *control.Client
 	stderr io.Writer
