@@ -330,7 +330,7 @@ func (r reporter) poke(code int, reason peers.Reason) error {
 	case control.Unavailable(err):
 		r.say("completion of %s recorded; no supervisor is listening (not yet, or no longer: it may have read the record and stopped), and one that starts reads it", r.name)
 	default:
-		r.say("completion of %s recorded; telling the supervisor failed (%v), and it will read the record on its next scan", r.name, err)
+		r.say("completion of %s recorded; the supervisor did not answer (%v): it may have read the record and stopped already, and otherwise reads it on its next scan", r.name, err)
 	}
 	return nil
 }
