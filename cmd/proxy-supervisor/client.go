@@ -22,16 +22,15 @@ import (
 // known.
 const retryEvery = 10 * time.Millisecond
 
-// waitReady waits until the supervisor in dir says the proxy is ready, or
+// waitReady waits until the supervisor behind c says the proxy is ready, or
 // until timeout. It returns the supervisor's last reason when it gives up.
 // A wait that gives up fails; it never proceeds without the proxy. A
 // refusal ends the wait at once with its error, because asking again would
 // only be refused again: a 4xx answer (a uid outside --allowed-uids), or a
 // socket served by a uid that is not trusted to be the supervisor.
-func waitReady(ctx context.Context, dir string, trust uidList, timeout time.Duration) (ready bool, why string, refused error) {
+func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (ready bool, why string, refused error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := control.NewClient(dir, trust...)
 	why = "no supervisor listening on " + c.Path()
 	for {
 		left := time.Until(deadlineOf(ctx))
@@ -132,7 +131,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if url.val != "" {
 		ok, why = waitURL(url.val, *timeout)
 	} else {
-		ok, why, refused = waitReady(context.Background(), *dir, *trust, *timeout)
+		ok, why, refused = waitReady(context.Background(), control.NewClient(*dir, *trust...), *timeout)
 	}
 	if refused != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: refused: %v\n", refused)

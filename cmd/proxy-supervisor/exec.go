@@ -86,22 +86,44 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 		}
 	}()
 
-	// The supervisor creates peers/; an app that starts first waits for it
-	// as part of waiting for the proxy.
-	rep := reporter{cmd: "exec", dir: *dir, name: *name, trust: *trust, stderr: stderr}
+	// The name is claimed and marked running while the readiness request is
+	// on its way: neither needs the other, and COMMAND waits for both. The
+	// supervisor creates peers/; an app that starts first waits for it as
+	// part of waiting for the proxy.
+	rep := newReporter("exec", *dir, *name, *trust, stderr)
+	type readiness struct {
+		ok      bool
+		why     string
+		refused error
+	}
+	readyc := make(chan readiness, 1)
+	go func() {
+		var r readiness
+		r.ok, r.why, r.refused = waitReady(ctx, rep.client, time.Until(deadline))
+		readyc <- r
+	}()
 	run, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
-	if err != nil && unwritable(err) {
+	var taken *peers.TakenError
+	switch {
+	case errors.As(err, &taken):
+		// Another uid must not be able to hold the Job hostage by taking
+		// the name first: run, and report the end over the socket, where
+		// the supervisor's --allowed-uids decides whose report counts.
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v; running without a running record, and reporting the end over the socket\n", taken)
+		err = nil
+	case err == nil && run.Unclaimed() != nil:
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v; running without the claim on the name\n", run.Unclaimed())
+	case err != nil && unwritable(err):
 		// The app must not be held hostage by a volume it cannot write:
 		// run it, and report its end over the socket.
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: cannot mark %s running (%v); running without the lock that marks it running, so a restarted supervisor cannot tell this run from an earlier one, and cannot see it lost if it is killed\n", *name, err)
 		err = nil
 	}
-	var ok bool
-	var why string
-	var refused error
-	if err == nil {
-		ok, why, refused = waitReady(ctx, *dir, *trust, time.Until(deadline))
+	if err != nil {
+		cancel() // nothing will run: the readiness wait has no use
 	}
+	r := <-readyc
+	ok, why, refused := r.ok, r.why, r.refused
 	cancel()
 	<-watched
 	var stop os.Signal
@@ -228,8 +250,17 @@ func runChild(argv []string, sigs <-chan os.Signal) (int, peers.Reason, error) {
 // alone.
 type reporter struct {
 	cmd, dir, name string
-	trust          uidList // uids trusted to serve the control socket
-	stderr         io.Writer
+	// client is exec's one client of the socket: when readiness came by a
+	// request, the completion goes over its connection, if the supervisor
+	// kept it open.
+	client *control.Client
+	stderr io.Writer
+}
+
+// newReporter reports for peer name through the socket in dir, served by a
+// uid in trust.
+func newReporter(cmd, dir, name string, trust uidList, stderr io.Writer) reporter {
+	return reporter{cmd: cmd, dir: dir, name: name, client: control.NewClient(dir, trust...), stderr: stderr}
 }
 
 func (r reporter) say(format string, args ...any) {
@@ -289,7 +320,7 @@ func (r reporter) release(run *peers.Run) {
 func (r reporter) poke(code int, reason peers.Reason) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pokeTimeout)
 	defer cancel()
-	err := control.NewClient(r.dir, r.trust...).Complete(ctx, r.name, code, string(reason))
+	err := r.client.Complete(ctx, r.name, code, string(reason))
 	switch {
 	case err == nil:
 		return nil
@@ -297,9 +328,9 @@ func (r reporter) poke(code int, reason peers.Reason) error {
 		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
-		r.say("completion of %s recorded; no supervisor is listening yet, and it will read the record when it starts", r.name)
+		r.say("completion of %s recorded; no supervisor is listening (not yet, or no longer: it may have read the record and stopped), and one that starts reads it", r.name)
 	default:
-		r.say("completion of %s recorded; telling the supervisor failed (%v), and it will read the record on its next scan", r.name, err)
+		r.say("completion of %s recorded; the supervisor did not answer (%v): it may have read the record and stopped already, and otherwise reads it on its next scan", r.name, err)
 	}
 	return nil
 }
@@ -314,7 +345,7 @@ const pokeTimeout = 5 * time.Second
 // memory if the volume refuses that too).
 func (r reporter) deliver(ctx context.Context, code int, reason peers.Reason, why error) error {
 	r.say("cannot record the completion of %s (exit %d): %v; reporting it over the socket", r.name, code, why)
-	c := control.NewClient(r.dir, r.trust...)
+	c := r.client
 	said := false
 	for {
 		// Each try gets its own bound, so that a wait of zero still asks once.
@@ -367,7 +398,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		return 0
 	}
 	deadline := time.Now().Add(*timeout)
-	rep := reporter{cmd: "complete", dir: *dir, name: *name, trust: *trust, stderr: stderr}
+	rep := newReporter("complete", *dir, *name, *trust, stderr)
 	rec := peers.Record{Name: *name, ExitCode: int(code), Reason: peers.Exited, Time: time.Now()}
 	err := writeWhenReady(peers.Open(*dir), rec, deadline, stderr)
 	switch {
@@ -376,7 +407,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 			return 1
 		}
 		return 0
-	case unwritable(err):
+	case unwritable(err), errors.As(err, new(*peers.TakenError)):
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if rep.deliver(ctx, int(code), peers.Exited, err) != nil {

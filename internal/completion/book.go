@@ -120,6 +120,20 @@ func (b *Book) Close() {
 	}
 }
 
+// Unwatch stops the notifier's events for good, once nothing the records
+// say can change what the supervisor does (its proxy is stopping, its exit
+// code fixed): the kernel then destroys the watch in the background, while
+// the proxy stops, instead of in the close that the supervisor's exit
+// waits for. Reports and rescans still keep the book current.
+func (b *Book) Unwatch() {
+	if b.notifier == nil {
+		return
+	}
+	if err := b.notifier.Unwatch(); err != nil {
+		b.cfg.Log.Warn("stop watching the records directory", "err", err)
+	}
+}
+
 // Settled is closed once the records settle the policy: every expected peer
 // succeeded, or a failure ended it (under Always, every expected peer
 // ended). A verdict can come unsettled only where the proxy outlives it
@@ -411,6 +425,8 @@ func (b *Book) notified(ctx context.Context, n *peers.Notifier, changed chan<- s
 		switch {
 		case errors.Is(err, peers.ErrOverflow):
 			name = ""
+		case errors.Is(err, peers.ErrUnwatched):
+			return
 		case err != nil:
 			if ctx.Err() == nil {
 				b.cfg.Log.Warn("watching the records directory stopped; changes are seen at the next rescan", "err", err)

@@ -14,12 +14,15 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Client speaks to the control socket in a control directory.
 type Client struct {
-	path string
-	http *http.Client
+	path    string
+	trusted []uint32 // uids that may serve the socket
+	http    *http.Client
 }
 
 // IstioProxyUID is the uid Istio reserves for its proxy, and so for the
@@ -36,7 +39,8 @@ func NewClient(dir string, supervisorUIDs ...uint32) *Client {
 	path := SocketPath(dir)
 	trusted := append([]uint32{0, uint32(os.Geteuid()), IstioProxyUID}, supervisorUIDs...)
 	return &Client{
-		path: path,
+		path:    path,
+		trusted: trusted,
 		http: &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return dialTrusted(ctx, path, trusted)
@@ -107,6 +111,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	if err != nil {
 		return 0, err
 	}
+	// Every request of this API may be sent twice (a completion recorded
+	// again, a drain joined), so the transport may send a POST again on a
+	// fresh connection when the server closed an idle one under it, as it
+	// does a GET: exec reports over the connection that asked for readiness.
+	req.Header.Set("Idempotency-Key", "v1")
 	resp, err := c.http.Do(req)
 	if u := (*UntrustedError)(nil); errors.As(err, &u) {
 		return 0, u // it says all; the request's URL would only hide it
@@ -136,7 +145,22 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 
 // Ready long-polls GET /v1/ready for up to wait. It returns false with the
 // supervisor's reason when the proxy did not become ready in that time.
+//
+// A socket file with the ready mark (Server.MarkReady) answers without a
+// request: a connection to it proves that a trusted supervisor listens
+// there, and the mark, read again after the connection, that it is ready,
+// just as a 200 would have said. A stale mark (a supervisor killed while
+// ready) cannot pass, since nothing accepts connections any more; a new
+// supervisor binds a new socket file, without the mark.
 func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, error) {
+	if c.marked() {
+		if conn, err := dialTrusted(ctx, c.path, c.trusted); err == nil {
+			conn.Close()
+			if c.marked() {
+				return true, "", nil
+			}
+		}
+	}
 	var out struct {
 		Ready  bool
 		Reason string
@@ -149,6 +173,14 @@ func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, e
 		return false, "", fmt.Errorf("control socket: /v1/ready answered %d", code)
 	}
 	return out.Ready, out.Reason, nil
+}
+
+// marked reports whether the socket file carries the ready mark, and is a
+// socket owned by a uid trusted to be the supervisor.
+func (c *Client) marked() bool {
+	var st unix.Stat_t
+	return unix.Lstat(c.path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK &&
+		st.Mode&ReadyMark != 0 && slices.Contains(c.trusted, st.Uid)
 }
 
 // Complete reports that peer finished with code, for the given reason

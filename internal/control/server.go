@@ -80,6 +80,12 @@ type Server struct {
 	ino    uint64 // the socket file we bound, the only one Close removes
 	once   sync.Once
 	cancel context.CancelFunc // ends the long polls at Close
+	log    *slog.Logger
+
+	markMu   sync.Mutex
+	markable bool // no --allowed-uids: every uid may hear readiness
+	marked   bool // the ready mark is on the socket file
+	closed   bool // the socket file is gone, or going
 }
 
 // Listen creates the socket in the control directory dir, replacing a stale
@@ -108,10 +114,12 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 	h := &handler{b: b, allowed: allowed, log: log}
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cancel: cancel,
-		path:   path,
-		dir:    sd,
-		ino:    ino,
+		cancel:   cancel,
+		log:      log,
+		markable: len(allowed) == 0,
+		path:     path,
+		dir:      sd,
+		ino:      ino,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, every request is bounded in time, and a cap
 		// would hide the peer's credentials behind its wrapper.
@@ -256,6 +264,48 @@ func removeStale(sd int, via, path string) error {
 // Path is the socket's path.
 func (s *Server) Path() string { return s.path }
 
+// ReadyMark is the mode bit of the socket file that says the proxy is ready:
+// its sticky bit, which means nothing to the kernel on a socket. While it is
+// set, /v1/ready would answer 200 at once, and a client that can connect to
+// the socket knows that without a request (Client.Ready).
+const ReadyMark = unix.S_ISVTX
+
+// MarkReady sets the ready mark while ready, and clears it otherwise. The
+// supervisor calls it on every change of readiness, before it answers the
+// long polls waiting for it. A mark that is missing costs a client only its
+// request, so a failure to set it is logged and left. A server with a list
+// of allowed uids never sets it: a client outside the list must hear its
+// refusal from a request, not its readiness from the mark.
+func (s *Server) MarkReady(ready bool) {
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	if !s.markable || s.closed || s.marked == ready {
+		return
+	}
+	mode := uint32(0o666)
+	if ready {
+		mode |= ReadyMark
+	}
+	// Through an O_PATH descriptor of the socket we bound, checked to be
+	// it, as at the bind: a chmod by path could follow whatever is there.
+	fd, err := unix.Openat(s.dir, SocketName, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(fd, &st); err == nil && st.Ino != s.ino {
+			err = errors.New("not the socket this supervisor bound")
+		}
+		if err == nil {
+			err = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode)
+		}
+		unix.Close(fd)
+	}
+	if err != nil {
+		s.log.Warn("control socket: cannot set its ready mark; clients will ask instead", "ready", ready, "err", err)
+		return
+	}
+	s.marked = ready
+}
+
 // Serve serves until Close.
 func (s *Server) Serve() error {
 	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -287,6 +337,9 @@ func (s *Server) Close() error {
 // unlink removes the socket file if it is still the one we bound, and
 // closes its directory. It runs once, however often Close is called.
 func (s *Server) unlink() {
+	s.markMu.Lock()
+	s.closed = true // no chmod of a file being removed, or of its successor
+	s.markMu.Unlock()
 	s.once.Do(func() {
 		var st unix.Stat_t
 		if unix.Fstatat(s.dir, SocketName, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Ino == s.ino {

@@ -121,6 +121,32 @@ func (d Dir) Write(r Record) error {
 // put writes r to a temp file and renames it over <name>. With lock, the
 // temp file is locked LOCK_EX before it is written and returned open, so
 // the record is never visible unlocked.
+//
+// A final record is renamed into place, then fsynced, then its directory,
+// and put returns (and a completion is reported over the socket) only once
+// both are on disk: a reported completion survives a crash of the node.
+// Renamed before the fsyncs rather than between them, the record reaches
+// the supervisor (inotify) before any fsync, and on a journaling filesystem
+// (ext4, XFS, btrfs) the file's fsync commits the rename with it, which
+// leaves the directory's fsync next to nothing to do: one journal commit
+// per record instead of two. What it gives up concerns only a write that
+// never returned: a crash in it may leave the name empty where the
+// filesystem does not write a renamed file's data before the rename (ext4
+// does, by default, for a rename over an existing file), and an empty file
+// reads as no record. What the name held then was exec's running record of
+// this run, or an earlier run's record that decides nothing for this one
+// (see below).
+//
+// A running record (lock) is not fsynced at all, which leaves exec with the
+// two fsyncs of its final record: it only has to be visible, and locked,
+// while exec lives, and a crash ends exec and its lock with it. What a
+// crash can then bring back is the record that the running one replaced,
+// a final record of an earlier run of the same name, and that record never
+// decides for the later run: a name runs again only after a failure under
+// OnFailure (the kubelet does not restart a container that succeeded),
+// which leaves the peer pending, or under Always or as a native sidecar,
+// where no exit stops the proxy. The run's final record is written
+// durably, and makes the running record's rename durable with it.
 func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
@@ -155,20 +181,20 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if _, err := f.Write(b); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("record %s: %w", r.Name, err)
-	}
 	if err := os.Rename(f.Name(), d.file(r.Name)); err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("record %s: another uid owns it (is the name used by another container?): %w", r.Name, err)
+		if t := takenBy(r.Name, d.file(r.Name), err); t != nil && errors.Is(err, fs.ErrPermission) {
+			return nil, t
 		}
-		return nil, fmt.Errorf("record %s: %w", r.Name, err)
-	}
-	if err := d.sync(); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	if lock {
 		return f, nil
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if err := d.sync(); err != nil {
+		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)

@@ -10,10 +10,12 @@
 // supervisor starts, while the proxy is still starting, or across a restart
 // of the proxy container, and the supervisor finds it on its next Load.
 //
-// Every write is a temp file in the same directory, fsynced, renamed over
-// <name>, then the directory is fsynced. A reader sees the old record or the
-// new one, never a torn one, and a crash after the write returns cannot lose
-// it. Temp files are dotfiles, and Load ignores dotfiles.
+// Every write is a temp file in the same directory, renamed over <name>. A
+// reader sees the old record or the new one, never a torn one. A final
+// record is then fsynced, and the directory after it, before the write
+// returns, so a crash after the write returns cannot lose it; a running
+// record is not fsynced (see put for why neither order costs a promise).
+// Temp files are dotfiles, and Load ignores dotfiles.
 //
 // The supervisor creates the directory with mode 01777. Any uid may add a
 // record, but the sticky bit lets only a file's owner rename over it or
@@ -31,7 +33,10 @@
 // at once) on the name's claim file, <control-dir>/peers/.claim.<name>,
 // which is never renamed or removed, so every exec of the name locks the
 // same inode. It is opened read-only, with O_NOFOLLOW, and refused unless it
-// is a regular file; it is created only with O_EXCL. The claim is held for
+// is a regular file; it is created only with O_EXCL, mode 0600, so that no
+// other uid can open it to lock it. A claim file of another uid does not
+// stop Begin (a *TakenError, see Run.Unclaimed): another uid must not be
+// able to hold a Job hostage by taking its name first. The claim is held for
 // the whole run and released after the record's lock, by Finish, Abort or
 // the death of exec. Load skips claim files, as it skips every dotfile.
 //
@@ -51,9 +56,8 @@
 //
 //  1. Begin, holding the claim, creates the temp file and takes LOCK_EX on
 //     it before the record has a name anyone looks at.
-//  2. It writes and fsyncs the running record, renames it to <name> and
-//     fsyncs the directory. A lock belongs to the open file, not to the
-//     path, so it survives the rename.
+//  2. It writes the running record and renames it to <name>. A lock
+//     belongs to the open file, not to the path, so it survives the rename.
 //  3. Finish writes the final record the ordinary way (a new inode renamed
 //     over <name>), and only then closes the locked file, then the claim.
 //

@@ -19,39 +19,79 @@ type Run struct {
 	mu    sync.Mutex
 	dir   Dir
 	name  string
-	f     *os.File // nil once the run has ended
-	claim *os.File // the name's claim, released last
+	f     *os.File    // nil once the run has ended
+	claim *os.File    // the name's claim, released last; nil when unclaimed
+	taken *TakenError // why the claim was not taken, if it was not
 }
 
 // Begin claims <name>, marks it running and holds an exclusive flock on
 // that record until Finish, Abort or the death of this process. It replaces
 // any final record of an earlier run. It refuses a name that another live
-// exec holds, since two containers need two names.
+// exec of this uid holds, since two containers need two names.
+//
+// A claim file that another uid owns does not stop it: that uid took the
+// name first (a hostile container, or one of another uid given the same
+// name), and waiting for it could hang the Job. Begin then marks the run
+// without the claim, and Unclaimed says why. A record of the name that
+// another uid owns is in the way of the running record; Begin then fails
+// with a *TakenError, and exec goes on without a record.
 func (d Dir) Begin(name string) (*Run, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
 	claim, err := d.claim(name)
+	var taken *TakenError
+	if errors.As(err, &taken) {
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", name, err)
 	}
-	// An exec that predates claims may hold the record without a claim.
-	held, err := d.held(name)
-	if err == nil && held {
-		err = errHeld
-	}
-	var f *os.File
-	if err == nil {
-		f, err = d.put(Record{Name: name, Running: true}, true)
-	}
+	f, err := d.put(Record{Name: name, Running: true}, true)
 	if err != nil {
-		claim.Close()
+		if claim != nil {
+			claim.Close()
+		}
 		return nil, fmt.Errorf("record %s: %w", name, err)
 	}
-	return &Run{dir: d, name: name, f: f, claim: claim}, nil
+	return &Run{dir: d, name: name, f: f, claim: claim, taken: taken}, nil
 }
 
 var errHeld = errors.New("another exec holds it; each container needs its own name")
+
+// TakenError is a claim file or a record of a name that another uid owns:
+// that uid took the name before this one.
+type TakenError struct {
+	Name, Path string
+	UID        uint32 // the owner
+	Err        error  // what it made fail, if anything did
+}
+
+func (e *TakenError) Unwrap() error { return e.Err }
+
+func (e *TakenError) Error() string {
+	return fmt.Sprintf("%s belongs to uid %d, not to this uid %d: another uid took the name %s (a hostile container, or one of another uid given the same name)",
+		e.Path, e.UID, os.Geteuid(), e.Name)
+}
+
+// takenBy returns a *TakenError wrapping err when path exists and another
+// uid owns it.
+func takenBy(name, path string, err error) *TakenError {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Uid == uint32(os.Geteuid()) {
+		return nil
+	}
+	return &TakenError{Name: name, Path: path, UID: st.Uid, Err: err}
+}
+
+// Unclaimed is why Begin ran without the name's claim (another uid owns
+// the claim file), or nil when it holds the claim.
+func (r *Run) Unclaimed() error {
+	if r.taken == nil {
+		return nil
+	}
+	return r.taken
+}
 
 // claimPrefix names each name's claim file, .claim.<name>: a dotfile, which
 // Load skips, and one that is never renamed or removed, so that every exec
@@ -59,11 +99,17 @@ var errHeld = errors.New("another exec holds it; each container needs its own na
 // replaces its inode, so two execs could each lock a different one.)
 const claimPrefix = ".claim."
 
+// claimMode keeps other uids from opening a claim file, and so from
+// locking it: only execs of the owner's uid contend for it.
+const claimMode = 0o600
+
 // claim takes <name> for as long as the returned file is open, by an
 // exclusive flock on its claim file. It refuses at once, without waiting,
-// when another exec has it.
+// when another exec has it, and returns a *TakenError when the claim file
+// is another uid's.
 func (d Dir) claim(name string) (*os.File, error) {
-	f, err := d.openClaim(filepath.Join(d.path, claimPrefix+name))
+	path := filepath.Join(d.path, claimPrefix+name)
+	f, err := d.openClaim(name, path)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -78,34 +124,40 @@ func (d Dir) claim(name string) (*os.File, error) {
 	return f, nil
 }
 
-// openClaim opens the claim file at path, creating it if needed. It never
-// follows a symlink or opens anything but a regular file. It opens for
-// reading, which is all a lock needs, so that a claim file another uid made
-// can still be locked (and the record's owner then decides, by the sticky
-// bit). It creates only with O_EXCL: an O_CREAT open of another uid's file
-// in a sticky directory fails under fs.protected_regular.
-func (d Dir) openClaim(path string) (*os.File, error) {
+// openClaim opens the claim file at path, creating it if needed, mode
+// claimMode. It never follows a symlink or opens anything but a regular
+// file of this uid: anything else there is another uid's (a *TakenError),
+// or an error. It creates only with O_EXCL: an O_CREAT open of another
+// uid's file in a sticky directory fails under fs.protected_regular.
+func (d Dir) openClaim(name, path string) (*os.File, error) {
 	const flags = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
 	for range loadTries {
 		f, err := os.OpenFile(path, flags, 0)
 		if errors.Is(err, os.ErrNotExist) {
-			f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, recordMode)
+			f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, claimMode)
 			if errors.Is(err, os.ErrExist) {
 				continue // another exec made it first
 			}
-			if err == nil {
-				err = f.Chmod(recordMode) // the umask must not lock other uids out
-			}
-		}
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("%s is a symlink, not a claim file", path)
 		}
 		if err != nil {
+			if t := takenBy(name, path, err); t != nil {
+				return nil, t
+			}
+			if errors.Is(err, unix.ELOOP) {
+				return nil, fmt.Errorf("%s is a symlink, not a claim file", path)
+			}
 			return nil, err
 		}
 		st, err := fstat(f)
-		if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		switch {
+		case err != nil:
+		case st.Uid != uint32(os.Geteuid()):
+			err = &TakenError{Name: name, Path: path, UID: st.Uid}
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
 			err = fmt.Errorf("%s is not a regular file", path)
+		case st.Mode&0o777 != claimMode:
+			// The umask, or an exec of old, may have left it open to others.
+			err = f.Chmod(claimMode)
 		}
 		if err != nil {
 			f.Close()
@@ -114,21 +166,6 @@ func (d Dir) openClaim(path string) (*os.File, error) {
 		return f, nil
 	}
 	return nil, fmt.Errorf("%s: created and removed %d times while being opened", path, loadTries)
-}
-
-// held reports whether a live exec holds the record <name>. It probes with a
-// shared lock, which conflicts only with exec's exclusive one, not with a
-// concurrent Load.
-func (d Dir) held(name string) (bool, error) {
-	f, err := os.OpenFile(d.file(name), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	return locked(f)
 }
 
 // Name is the peer's name.
@@ -153,8 +190,7 @@ func (r *Run) Finish(code int, reason Reason) error {
 	if err := r.dir.Write(rec); err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
-	err := errors.Join(r.f.Close(), r.claim.Close())
-	r.f = nil
+	err := r.release()
 	if err != nil {
 		return fmt.Errorf("record %s: release lock: %w", r.name, err)
 	}
@@ -170,12 +206,21 @@ func (r *Run) Abort() error {
 	if r.f == nil {
 		return fmt.Errorf("record %s: run already ended", r.name)
 	}
-	err := errors.Join(r.f.Close(), r.claim.Close())
-	r.f = nil
+	err := r.release()
 	if err != nil {
 		return fmt.Errorf("record %s: release lock: %w", r.name, err)
 	}
 	return nil
+}
+
+// release closes the record's locked file, then the claim.
+func (r *Run) release() error {
+	err := r.f.Close()
+	if r.claim != nil {
+		err = errors.Join(err, r.claim.Close())
+	}
+	r.f = nil
+	return err
 }
 
 // locked probes f's lock without blocking. It reports true when another

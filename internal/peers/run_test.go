@@ -492,3 +492,34 @@ func TestStickyDirProtectsRecords(t *testing.T) {
 		t.Errorf("owners: a=%d b=%d, want 4242 and 4243", recs["a"].UID, recs["b"].UID)
 	}
 }
+
+// Unwatch removes the kernel's watch at once (the descriptor's fdinfo no
+// longer lists it), and a Next under way then ends with ErrUnwatched, which
+// says the watch was given up on purpose.
+func TestNotifyUnwatch(t *testing.T) {
+	d := newDir(t)
+	n := notify(t, d)
+	fdinfo := fmt.Sprintf("/proc/self/fdinfo/%d", n.f.Fd())
+	if b, err := os.ReadFile(fdinfo); err != nil || !strings.Contains(string(b), "inotify wd:") {
+		t.Fatalf("no watch listed before Unwatch (%v):\n%s", err, b)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := n.Next(); done <- err }()
+	if err := n.Unwatch(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(fdinfo); err != nil || strings.Contains(string(b), "inotify wd:") {
+		t.Fatalf("watch still listed after Unwatch (%v):\n%s", err, b)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrUnwatched) {
+			t.Fatalf("Next after Unwatch: %v, want ErrUnwatched", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Next did not return after Unwatch")
+	}
+	if err := n.Unwatch(); err != nil {
+		t.Fatalf("second Unwatch: %v", err)
+	}
+}

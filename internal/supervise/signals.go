@@ -85,6 +85,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		s.life.move(Stopping, "SIGQUIT")
 		s.log.Warn("killing the proxy's group at once", "reason", name, "pgid", s.proc.Pid())
 		s.proc.Kill(name)
+		s.book.Unwatch()
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its
 		// handlers are installed; before that the signal kills it. Sent to

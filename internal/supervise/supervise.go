@@ -94,6 +94,7 @@ type Supervisor struct {
 	reaper *reaper.Reaper
 	book   *completion.Book
 	proc   *proxy.Process
+	sock   *control.Server
 }
 
 // New checks cfg and prepares the supervisor. It starts nothing, subscribes
@@ -174,6 +175,7 @@ func (s *Supervisor) Run() (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	s.sock = sock
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
 		Command:      s.cfg.Command,
 		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
@@ -337,6 +339,7 @@ func (s *Supervisor) stop(why string) {
 	}
 	s.log.Info("stop requested", "reason", why)
 	s.proc.Stop(why)
+	s.book.Unwatch()
 }
 
 // readinessChanged is the tracker's OnChange: it moves the lifecycle to
@@ -345,6 +348,10 @@ func (s *Supervisor) stop(why string) {
 // readiness, so that a SIGTERM or a status request that follows /v1/ready
 // finds the lifecycle in Ready.
 func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
+	// The socket's mark says what /v1/ready would answer at once: only
+	// Ready, not the DRAINING of our own drain that WaitReady also takes,
+	// since a mark that is missing only costs a client its request.
+	s.sock.MarkReady(now.Ready)
 	// Envoy's death can show after another reason for not being ready (a
 	// connection reset mid-request), so it is noted whenever it appears.
 	if now.Down && !old.Down {
