@@ -167,7 +167,8 @@ type drainer struct {
 	now     func() time.Time
 	exclude []uint16
 
-	listenersDrained bool // Envoy accepted /drain_listeners
+	listenersDrained bool      // Envoy accepted /drain_listeners
+	lastClose        time.Time // when a close the Watch reported was last acted on
 }
 
 func newDrainer(cfg Config) *drainer {
@@ -286,14 +287,42 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			lastLog = now
 			d.cfg.Log.Info("draining", d.attrs(now, earliest, deadline, st)...)
 		}
-		timer.Reset(d.sleep(now, st, closed != nil, quietSince, earliest, deadline))
+		closed = d.await(timer, d.sleep(now, st, closed != nil, quietSince, earliest, deadline), settled, closed)
+	}
+}
+
+// await waits for the next check: after sleep, when settled closes, or when
+// the Watch reports a close. A close is acted on at once, unless another
+// was less than a Tick ago: an app that churns sockets it never connects
+// must not make the drain scan flat out. It returns the Watch's channel,
+// nil once it can tell no more.
+func (d *drainer) await(timer *time.Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
+	due := d.now().Add(sleep)
+	timer.Reset(sleep)
+	deferred := false // the timer is a close's, put off
+	for {
 		select {
 		case <-settled:
+			return closed
+		case <-timer.C:
+			if deferred {
+				d.lastClose = d.now()
+			}
+			return closed
 		case _, ok := <-closed:
 			if !ok {
-				closed = nil // the Watch can tell no more: poll
+				return nil // poll
 			}
-		case <-timer.C:
+			now := d.now()
+			next := d.lastClose.Add(d.cfg.Tick)
+			if !next.After(now) {
+				d.lastClose = now
+				return closed
+			}
+			if next.Before(due) {
+				due, deferred = next, true
+				timer.Reset(next.Sub(now))
+			}
 		}
 	}
 }

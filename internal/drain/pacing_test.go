@@ -128,3 +128,28 @@ func TestWatchThatStopsTellingIsPolled(t *testing.T) {
 		t.Fatalf("end %q", r.End)
 	}
 }
+
+// An app that churns sockets it never connects makes the kernel report a
+// destroyed socket without a peer port again and again: the drain acts on
+// those reports no more often than every Tick.
+func TestWatchedChurnScansAtMostEveryTick(t *testing.T) {
+	w := newFakeWatch(8080)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case w.closed <- struct{}{}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	const wait = time.Second
+	if r := Run(watched(w, wait), nil, nil); r.End != TimedOut {
+		t.Fatalf("drain ended %s, want timeout", r.End)
+	}
+	if n, most := w.scans.Load(), int64(wait/DefaultTick+wait/DefaultWatchedTick)+2; n > most {
+		t.Errorf("%d scans in %v of churn, want at most %d", n, wait, most)
+	}
+}
