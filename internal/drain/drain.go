@@ -32,19 +32,33 @@ type Scanner interface {
 	Listening() ([]portwatch.Socket, error)
 }
 
-// Defaults of Config's pacing. The port scan is a netlink dump of listeners
-// only (tens of microseconds), but each tick also wakes an idle process,
-// which on a small VM costs 0.1-0.3 ms of CPU: at 10 ms that was 20-30 ms of
-// CPU per second of drain. 40 ms keeps a drain that waits on a listening app
-// to about a quarter of that, and still answers a closed port within one
-// tick, inside prestop's 50 ms (docs/benchmarks.md). Envoy's stats are asked for
-// at once when the app's ports are seen closed (until then the answer cannot
-// end the drain), then at most every StatsEvery: /stats runs on Envoy's main
-// thread.
+// Watch is a Scanner held open for a drain's life (portwatch.Watch). Closed
+// receives when a listening socket may have closed, and is closed when it
+// can tell no more; nil means it never tells.
+type Watch interface {
+	Scanner
+	Closed() <-chan struct{}
+	Close()
+}
+
+// Defaults of Config's pacing. Each check wakes an idle supervisor, and on a
+// small VM a wake costs 0.15-0.4 ms of CPU whatever it does, so a drain
+// checks only as often as an answer could change. While the app listens,
+// a Watch (portwatch.Watch, the kernel's word that a listening socket was
+// destroyed) reports its close at once, and the ports are scanned anyway
+// every WatchedTick: a listener shut down but not closed, or destroyed late,
+// is reported by nothing else. Without a Watch, and once the app's ports
+// are closed (the quiet period, busy connections, peers under exec), the
+// condition is checked every Tick, so that a close, a new listener or a
+// peer's end is seen within 40 ms, inside prestop's 50 ms
+// (docs/benchmarks.md). Envoy's stats are asked for at once when the app's
+// ports are seen closed (until then the answer cannot end the drain), then
+// at most every StatsEvery: /stats runs on Envoy's main thread.
 const (
-	DefaultTick       = 40 * time.Millisecond
-	DefaultStatsEvery = 100 * time.Millisecond
-	DefaultProgress   = time.Second
+	DefaultTick        = 40 * time.Millisecond
+	DefaultWatchedTick = 200 * time.Millisecond
+	DefaultStatsEvery  = 100 * time.Millisecond
+	DefaultProgress    = time.Second
 	// DefaultQuiet is how long the drained condition must hold before the
 	// drain ends. An app that closes its listener on SIGTERM and then
 	// opens a connection through the proxy (to upload its logs) would
@@ -62,7 +76,11 @@ const (
 type Config struct {
 	Admin   Admin
 	Scanner Scanner
-	Owner   portwatch.Owner // tells the app's sockets and connections from the proxy's
+	// Watch, if set, opens the drain's Watch, which then stands in for
+	// Scanner: a drain waiting on a listening app wakes when a listener
+	// closes, not every Tick.
+	Watch func() Watch
+	Owner portwatch.Owner // tells the app's sockets and connections from the proxy's
 
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
@@ -84,11 +102,12 @@ type Config struct {
 	// ended before SIGTERM); only wait for the condition again.
 	Recheck bool
 
-	// Tick is how often the condition is checked, StatsEvery how often
-	// Envoy's stats are asked for, Progress how often progress is logged
-	// and /drain_listeners retried, Quiet how long the condition must hold;
+	// Tick is how often the condition is checked, WatchedTick how often
+	// while the Watch reports the app's close, StatsEvery how often Envoy's
+	// stats are asked for, Progress how often progress is logged and
+	// /drain_listeners retried, Quiet how long the condition must hold;
 	// zero means the defaults.
-	Tick, StatsEvery, Progress, Quiet time.Duration
+	Tick, WatchedTick, StatsEvery, Progress, Quiet time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -148,12 +167,16 @@ type drainer struct {
 	now     func() time.Time
 	exclude []uint16
 
-	listenersDrained bool // Envoy accepted /drain_listeners
+	listenersDrained bool      // Envoy accepted /drain_listeners
+	lastClose        time.Time // when a close the Watch reported was last acted on
 }
 
 func newDrainer(cfg Config) *drainer {
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
+	}
+	if cfg.WatchedTick <= 0 {
+		cfg.WatchedTick = DefaultWatchedTick
 	}
 	if cfg.StatsEvery <= 0 {
 		cfg.StatsEvery = DefaultStatsEvery
@@ -194,13 +217,19 @@ func (st state) holds() bool {
 	return st.perr == nil && len(st.ports) == 0 && st.known && st.conns.Busy == 0 && st.running == 0
 }
 
-// wait checks the drain condition every tick until it has held for the
-// quiet period (and no sooner than Min), the deadline passes or settled
-// closes.
+// wait checks the drain condition until it has held for the quiet period
+// (and no sooner than Min), the deadline passes or settled closes: every
+// tick, or when the Watch reports a close.
 func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) End {
 	earliest := start.Add(d.cfg.Min)
-	tick := time.NewTicker(d.cfg.Tick)
-	defer tick.Stop()
+	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
+	if d.cfg.Watch != nil {
+		w := d.cfg.Watch()
+		defer w.Close()
+		scan, closed = w, w.Closed()
+	}
+	timer := time.NewTimer(d.cfg.Tick)
+	defer timer.Stop()
 	var lastLog, lastStats, lastDrainTry, quietSince time.Time
 	var st state
 	// Settled peers end the drain at once, unless one still runs under
@@ -227,7 +256,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 				d.listenersDrained = true
 			}
 		}
-		st.ports, st.perr = d.appPorts(envoyPorts)
+		st.ports, st.perr = d.appPorts(scan, envoyPorts)
 		switch {
 		case st.perr != nil || len(st.ports) > 0:
 			st.known, st.cerr = false, nil // unknown, and not needed yet
@@ -258,11 +287,72 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			lastLog = now
 			d.cfg.Log.Info("draining", d.attrs(now, earliest, deadline, st)...)
 		}
+		closed = d.await(timer, d.sleep(now, st, closed != nil, quietSince, earliest, deadline), settled, closed)
+	}
+}
+
+// await waits for the next check: after sleep, when settled closes, or when
+// the Watch reports a close. A close is acted on at once, unless another
+// was less than a Tick ago: an app that churns sockets it never connects
+// must not make the drain scan flat out. It returns the Watch's channel,
+// nil once it can tell no more.
+func (d *drainer) await(timer *time.Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
+	due := d.now().Add(sleep)
+	timer.Reset(sleep)
+	deferred := false // the timer is a close's, put off
+	for {
 		select {
 		case <-settled:
-		case <-tick.C:
+			return closed
+		case <-timer.C:
+			if deferred {
+				d.lastClose = d.now()
+			}
+			return closed
+		case _, ok := <-closed:
+			if !ok {
+				return nil // poll
+			}
+			now := d.now()
+			next := d.lastClose.Add(d.cfg.Tick)
+			if !next.After(now) {
+				d.lastClose = now
+				return closed
+			}
+			if next.Before(due) {
+				due, deferred = next, true
+				timer.Reset(next.Sub(now))
+			}
 		}
 	}
+}
+
+// sleep is how long to wait before the next check: a Tick, or WatchedTick
+// while the Watch will report the app's close, cut short to end the quiet
+// period on time and to stop at the deadline.
+func (d *drainer) sleep(now time.Time, st state, watched bool, quietSince, earliest, deadline time.Time) time.Duration {
+	next := now.Add(d.cfg.Tick)
+	if watched && st.perr == nil && len(st.ports) > 0 {
+		next = now.Add(d.cfg.WatchedTick)
+	}
+	if !quietSince.IsZero() {
+		next = minTime(next, maxTime(quietSince.Add(d.cfg.Quiet), earliest))
+	}
+	return max(minTime(next, deadline).Sub(now), 0)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // attrs describe where the drain stands, for its progress and timeout lines.
@@ -298,8 +388,8 @@ func (d *drainer) drainListeners(deadline time.Time) error {
 }
 
 // appPorts lists the ports the app still listens on.
-func (d *drainer) appPorts(envoyPorts []uint16) ([]uint16, error) {
-	socks, err := d.cfg.Scanner.Listening()
+func (d *drainer) appPorts(scan Scanner, envoyPorts []uint16) ([]uint16, error) {
+	socks, err := scan.Listening()
 	if err != nil {
 		return nil, err
 	}

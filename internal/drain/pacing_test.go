@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 type quietAdmin struct{}
@@ -28,11 +29,12 @@ func (s *listeningApp) Listening() ([]portwatch.Socket, error) {
 	return []portwatch.Socket{{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), UID: 1000}}, nil
 }
 
-// TestDefaultPacingWhileAppListens: a drain waiting on a listening app wakes
-// the supervisor once per tick, and each wake costs 0.1-0.3 ms of CPU on a
-// small VM, so the default tick must keep it to at most 25 scans a second;
-// the reaction to the port's close is then one tick, 40 ms, on top of the
-// quiet period.
+// TestDefaultPacingWhileAppListens: without a Watch (the /proc fallback, a
+// kernel without the destroy broadcast) a drain waiting on a listening app
+// wakes the supervisor once per tick, and each wake costs 0.15-0.4 ms of
+// CPU on a small VM, so the default tick must keep it to at most 25 scans a
+// second; the reaction to the port's close is then one tick, 40 ms, on top
+// of the quiet period.
 func TestDefaultPacingWhileAppListens(t *testing.T) {
 	app := &listeningApp{}
 	const wait = time.Second
@@ -46,5 +48,108 @@ func TestDefaultPacingWhileAppListens(t *testing.T) {
 	}
 	if DefaultTick > 40*time.Millisecond {
 		t.Errorf("DefaultTick %v would add more than 40 ms to prestop's reaction", DefaultTick)
+	}
+}
+
+// fakeWatch is a Watch on a fakeScanner: the test says when a close is
+// reported. It counts scans.
+type fakeWatch struct {
+	*fakeScanner
+	closed chan struct{}
+	scans  atomic.Int64
+	shut   atomic.Bool
+}
+
+func newFakeWatch(ports ...uint16) *fakeWatch {
+	return &fakeWatch{fakeScanner: &fakeScanner{ports: ports}, closed: make(chan struct{}, 1)}
+}
+
+func (w *fakeWatch) Listening() ([]portwatch.Socket, error) {
+	w.scans.Add(1)
+	return w.fakeScanner.Listening()
+}
+func (w *fakeWatch) Closed() <-chan struct{} { return w.closed }
+func (w *fakeWatch) Close()                  { w.shut.Store(true) }
+
+func watched(w *fakeWatch, timeout time.Duration) Config {
+	return Config{Admin: quietAdmin{}, Scanner: &listeningApp{}, Watch: func() Watch { return w },
+		Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: timeout, Log: slog.New(slog.DiscardHandler)}
+}
+
+// TestWatchedPacingWhileAppListens: with a Watch to report the app's close,
+// a drain waiting on a listening app scans only every WatchedTick (the
+// Watch stands in for the Scanner), and still stops at its bound.
+func TestWatchedPacingWhileAppListens(t *testing.T) {
+	w := newFakeWatch(8080)
+	const wait = time.Second
+	r := Run(watched(w, wait), nil, nil)
+	if r.End != TimedOut {
+		t.Fatalf("drain ended %s, want timeout", r.End)
+	}
+	if n, most := w.scans.Load(), int64(wait/DefaultWatchedTick)+2; n > most {
+		t.Errorf("%d scans in %v, want at most %d", n, wait, most)
+	}
+	if r.Took > wait+100*time.Millisecond {
+		t.Errorf("took %v, past its bound of %v", r.Took, wait)
+	}
+	if !w.shut.Load() {
+		t.Error("the Watch was left open")
+	}
+	if DefaultWatchedTick > DefaultQuiet {
+		t.Errorf("DefaultWatchedTick %v: a close the Watch misses would wait longer than the quiet period", DefaultWatchedTick)
+	}
+}
+
+// A close the Watch reports is seen at once, not at the next WatchedTick.
+func TestWatchedCloseSeenAtOnce(t *testing.T) {
+	w := newFakeWatch(8080)
+	cfg := watched(w, 20*time.Second)
+	cfg.WatchedTick = time.Hour
+	res := start(cfg, nil)
+	proctest.Eventually(t, 5*time.Second, "the first scan", func() bool { return w.scans.Load() > 0 })
+	w.fakeScanner.close()
+	w.closed <- struct{}{}
+	if r := within(t, res, 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+// A Watch that can tell no more (its channel closed) leaves the drain
+// polling every Tick.
+func TestWatchThatStopsTellingIsPolled(t *testing.T) {
+	w := newFakeWatch(8080)
+	cfg := watched(w, 20*time.Second)
+	cfg.WatchedTick, cfg.Tick = time.Hour, time.Millisecond
+	res := start(cfg, nil)
+	proctest.Eventually(t, 5*time.Second, "the first scan", func() bool { return w.scans.Load() > 0 })
+	close(w.closed)
+	w.fakeScanner.close() // unreported
+	if r := within(t, res, 5*time.Second); r.End != Drained {
+		t.Fatalf("end %q", r.End)
+	}
+}
+
+// An app that churns sockets it never connects makes the kernel report a
+// destroyed socket without a peer port again and again: the drain acts on
+// those reports no more often than every Tick.
+func TestWatchedChurnScansAtMostEveryTick(t *testing.T) {
+	w := newFakeWatch(8080)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case w.closed <- struct{}{}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	const wait = time.Second
+	if r := Run(watched(w, wait), nil, nil); r.End != TimedOut {
+		t.Fatalf("drain ended %s, want timeout", r.End)
+	}
+	if n, most := w.scans.Load(), int64(wait/DefaultTick+wait/DefaultWatchedTick)+2; n > most {
+		t.Errorf("%d scans in %v of churn, want at most %d", n, wait, most)
 	}
 }

@@ -25,6 +25,7 @@ const (
 	diagFamily = 0
 	diagState  = 1
 	diagSport  = 4
+	diagDport  = 6
 	diagSrc    = 8
 	diagUID    = 64
 	diagInode  = 68
@@ -117,8 +118,10 @@ func dumpFamily(c diagConn, buf []byte, family uint8, dst []Socket) ([]Socket, e
 	base := len(dst)
 	for try := 1; ; try++ {
 		dst = dst[:base]
+		// The request goes out from buf, which its answer then overwrites, so
+		// that a scan allocates nothing.
 		req := diagRequest(family, uint32(try))
-		if err := c.send(req[:]); err != nil {
+		if err := c.send(buf[:copy(buf, req[:])]); err != nil {
 			return dst, fmt.Errorf("send sock_diag request: %w", err)
 		}
 		var interrupted bool

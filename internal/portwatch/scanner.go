@@ -31,14 +31,28 @@ func NewScanner(log *slog.Logger) *Scanner {
 }
 
 // Listening returns the listening TCP sockets of the current network namespace, IPv4
-// before IPv6.
+// before IPv6. It opens a netlink socket for the one scan; a Watch keeps one.
 func (s *Scanner) Listening() ([]Socket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var c diagConn
+	socks, err := s.listening(&c, nil)
+	if c != nil {
+		c.close()
+	}
+	return socks, err
+}
+
+// Fallback reports whether the Scanner has fallen back to /proc/net/tcp{,6}.
+func (s *Scanner) Fallback() bool { return s.fallback.Load() }
+
+// listening scans through *c, dialing it first when it is nil, and appends to dst[:0].
+// The caller holds mu.
+func (s *Scanner) listening(c *diagConn, dst []Socket) ([]Socket, error) {
 	if s.fallback.Load() {
 		return ScanProc()
 	}
-	socks, err := s.scanNetlink()
+	socks, err := s.scanNetlink(c, dst[:0])
 	if err == nil {
 		return socks, nil
 	}
@@ -52,26 +66,28 @@ func (s *Scanner) Listening() ([]Socket, error) {
 	return ScanProc()
 }
 
-// Fallback reports whether the Scanner has fallen back to /proc/net/tcp{,6}.
-func (s *Scanner) Fallback() bool { return s.fallback.Load() }
-
-// scanNetlink opens a socket per scan rather than keeping one, so that the Scanner
-// holds no descriptor between polls and needs no Close.
-func (s *Scanner) scanNetlink() ([]Socket, error) {
-	c, err := s.dial()
-	if err != nil {
-		return nil, err
+// scanNetlink dumps both families through *c. A dump that failed may have left
+// datagrams queued that the next one would take for its own, so after a failure *c is
+// closed and set to nil, and the next scan dials afresh.
+func (s *Scanner) scanNetlink(c *diagConn, socks []Socket) ([]Socket, error) {
+	if *c == nil {
+		conn, err := s.dial()
+		if err != nil {
+			return nil, err
+		}
+		*c = conn
 	}
-	defer c.close()
 	if s.buf == nil {
 		s.buf = make([]byte, recvBufSize)
 	}
-	var socks []Socket
 	for _, family := range [...]uint8{unix.AF_INET, unix.AF_INET6} {
 		// IPv4-mapped and dual-stack [::] listeners are IPv6 sockets and appear only
 		// in the AF_INET6 dump.
-		socks, err = dumpFamily(c, s.buf, family, socks)
+		var err error
+		socks, err = dumpFamily(*c, s.buf, family, socks)
 		if err != nil {
+			(*c).close()
+			*c = nil
 			return nil, fmt.Errorf("list %s listeners: %w", familyName(family), err)
 		}
 	}

@@ -112,6 +112,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 	return drain.Config{
 		Admin:           s.cfg.Admin,
 		Scanner:         s.scanner,
+		Watch:           func() drain.Watch { return s.scanner.Watch() },
 		Owner:           s.cfg.Owner,
 		Min:             s.cfg.DrainMin,
 		Timeout:         s.cfg.DrainTimeout,

@@ -1,0 +1,169 @@
+package portwatch
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// watch opens a Watch on netlink, or skips where sock_diag is refused.
+func watch(t *testing.T, s *Scanner) *Watch {
+	t.Helper()
+	w := s.Watch()
+	t.Cleanup(w.Close)
+	if _, err := w.Listening(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Fallback() {
+		t.Skip("netlink sock_diag is refused here")
+	}
+	return w
+}
+
+// countingConn counts what a scan asks of the kernel.
+type countingConn struct {
+	diagConn
+	sends, recvs int
+}
+
+func (c *countingConn) send(req []byte) error        { c.sends++; return c.diagConn.send(req) }
+func (c *countingConn) recv(buf []byte) (int, error) { c.recvs++; return c.diagConn.recv(buf) }
+
+// A drain scans its Watch for as long as the app listens, so a scan's cost
+// is the Watch's: one netlink socket for its life, a request and its answer
+// per family, no allocation. Those counts, unlike CPU time, do not depend on
+// the machine's load; each syscall or allocation more is paid on every scan.
+func TestWatchScanCost(t *testing.T) {
+	s := NewScanner(nil)
+	var conns []*countingConn
+	s.dial = func() (diagConn, error) {
+		c, err := dialNetlink()
+		if err != nil {
+			return nil, err
+		}
+		cc := &countingConn{diagConn: c}
+		conns = append(conns, cc)
+		return cc, nil
+	}
+	w := watch(t, s)
+	_, want := openListeners(t)
+	const scans = 50
+	for range scans {
+		got, err := w.Listening()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range want {
+			if !slices.Contains(got, l) {
+				t.Fatalf("listener %v missing from %v", l, got)
+			}
+		}
+	}
+	if len(conns) != 1 {
+		t.Fatalf("%d netlink sockets opened for %d scans, want 1", len(conns), scans+1)
+	}
+	c := conns[0]
+	// Every dump ends with a datagram of its own (NLMSG_DONE); a few
+	// listeners fit in the first.
+	if c.sends != 2*(scans+1) || c.recvs > 4*(scans+1) {
+		t.Errorf("%d sends and %d reads for %d scans, want 2 and at most 4 a scan", c.sends, c.recvs, scans+1)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := w.Listening(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("a scan allocates %v times, want 0", n)
+	}
+}
+
+func TestWatchReportsAListenerClose(t *testing.T) {
+	w := watch(t, NewScanner(nil))
+	if w.Closed() == nil {
+		t.Skip("no sock_diag destroy broadcast here")
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What closed before, elsewhere in this namespace, is not this test's.
+	for drained := false; !drained; {
+		select {
+		case <-w.Closed():
+		default:
+			drained = true
+		}
+	}
+	port := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	select {
+	case _, ok := <-w.Closed():
+		if !ok {
+			t.Fatal("the Watch stopped telling")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a listener's close was not reported within 5 s")
+	}
+	got, err := w.Listening()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(got, func(s Socket) bool { return s.Addr == port }) {
+		t.Errorf("closed listener %v still listed", port)
+	}
+}
+
+// The kernel runs destroyFilter on every TCP socket's destroy message: only
+// those without a peer port (listeners) may wake the drain.
+func TestDestroyFilter(t *testing.T) {
+	var prog []bpf.Instruction
+	for _, f := range destroyFilter {
+		prog = append(prog, bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}.Disassemble())
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tcpClose = 7
+	for _, tt := range []struct {
+		name  string
+		dport uint16
+		want  bool
+	}{
+		{"listener", 0, true},
+		{"connection", 443, false},
+		{"connection to port 256", 256, false},
+	} {
+		p := diagMsg(tcpClose, Socket{Addr: netip.MustParseAddrPort("127.0.0.1:8080")})
+		binary.BigEndian.PutUint16(p[diagDport:], tt.dport)
+		kept, err := vm.Run(nlmsg(unix.SOCK_DIAG_BY_FAMILY, 0, 0, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kept > 0; got != tt.want {
+			t.Errorf("%s: kept %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if kept, err := vm.Run(nlmsg(unix.NLMSG_DONE, 0, 0, i32(0))); err != nil || kept != 0 {
+		t.Errorf("a short message: kept %d bytes (%v), want none", kept, err)
+	}
+}
+
+func TestWatchOnProcFallbackIsNotTold(t *testing.T) {
+	s := NewScanner(nil)
+	s.fallback.Store(true)
+	w := s.Watch()
+	defer w.Close()
+	if w.Closed() != nil {
+		t.Error("a Watch on /proc/net/tcp claims to report closes")
+	}
+	if _, err := w.Listening(); err != nil {
+		t.Fatal(err)
+	}
+}
