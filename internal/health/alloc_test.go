@@ -3,7 +3,6 @@ package health
 import (
 	"bufio"
 	"bytes"
-	"net"
 	"testing"
 )
 
@@ -13,11 +12,7 @@ import (
 // every size class the burst touched.
 func TestProbeAllocatesNothing(t *testing.T) {
 	addr := serveReady(t)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, addr)
 	req := []byte("GET /healthz/ready HTTP/1.1\r\nHost: 10.0.0.7:15022\r\nUser-Agent: kube-probe/1.37\r\nAccept: */*\r\n\r\n")
 	br := bufio.NewReader(c)
 	probe := func() {

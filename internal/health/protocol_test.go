@@ -8,15 +8,22 @@ import (
 	"time"
 )
 
-// exchange sends raw to a ready server and returns all it answers until
-// it closes the connection or has been quiet for a while.
-func exchange(t *testing.T, addr, raw string) string {
+// dial connects to addr until the test ends.
+func dial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// exchange sends raw to a ready server and returns all it answers until
+// it closes the connection or has been quiet for a while.
+func exchange(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c := dial(t, addr)
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +85,7 @@ func TestProtocol(t *testing.T) {
 // byte, even when it keeps sending.
 func TestTrickledHeadersCutOff(t *testing.T) {
 	addr := serveReady(t)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, addr)
 	start := time.Now()
 	for time.Since(start) < headerTimeout+3*time.Second {
 		if _, err := io.WriteString(c, "X"); err != nil {
