@@ -286,9 +286,9 @@ func render(r *report, svg string) string {
 		}
 	}
 	if len(r.burst) > 0 {
-		w("\n### Memory after a 5 s wrk burst on `/healthz/ready` (kB)\n\n| when | VmRSS | RssAnon |\n|---|---:|---:|\n")
+		w("\n### Memory after a 5 s wrk burst on `/healthz/ready` (kB)\n\nThe control is a supervisor of the same age in another pod that gets no burst.\n\n| when | VmRSS | RssAnon | control VmRSS | control RssAnon |\n|---|---:|---:|---:|---:|\n")
 		for _, m := range r.burst {
-			w("| %s | %s | %s |\n", m[0], field(m, "VmRSS"), field(m, "RssAnon"))
+			w("| %s | %s | %s | %s | %s |\n", m[0], field(m, "VmRSS"), field(m, "RssAnon"), field(m, "control VmRSS"), field(m, "control RssAnon"))
 		}
 	}
 	if len(r.storm) > 0 {

@@ -1,22 +1,26 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
-// TestMemoryReturnsAfterBurst: a burst of keep-alive requests on
-// /healthz/ready grows the supervisor's heap and goroutine stacks; within a
-// minute of its end at least a third of that growth must be handed back,
-// instead of staying resident for the pod's life. (Only part of it can be:
-// the runtime's metadata for the grown heap stays; docs/benchmarks.md.)
-func TestMemoryReturnsAfterBurst(t *testing.T) {
+// TestBurstLeavesLittleResident: a 3 s burst of keep-alive requests on
+// /healthz/ready over 16 connections (wrk's shape) may grow the
+// supervisor's anonymous memory by its connections' goroutines and buffers,
+// and by the runtime's first collection should it fall in the burst, not
+// more: when each probe allocated (net/http, 21 objects), such a burst ran
+// the collector hundreds of times and grew RssAnon by 2.3 MB, and about 1 MB
+// of it (the runtime's per-size-class metadata) stayed for good.
+func TestBurstLeavesLittleResident(t *testing.T) {
 	if proctest.Race {
 		// The race detector's shadow memory swamps what is measured here;
 		// make test runs e2e once more with the binaries as shipped.
@@ -31,45 +35,54 @@ func TestMemoryReturnsAfterBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: p.dial, MaxIdleConnsPerHost: 32}}
+	const conns, burst = 16, 3 * time.Second
+	var served atomic.Int64
 	var wg sync.WaitGroup
-	end := time.Now().Add(3 * time.Second)
-	for range 32 {
+	end := time.Now().Add(burst)
+	req := []byte("GET /healthz/ready HTTP/1.1\r\nHost: 127.0.0.1:15022\r\n\r\n")
+	for range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c, err := p.dial(context.Background(), "tcp", "127.0.0.1:15022")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
 			for time.Now().Before(end) {
-				resp, err := client.Get(readyURL)
-				if err != nil {
-					continue
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(req); err != nil {
+					t.Error(err)
+					return
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if bytes.Equal(line, []byte("ready\n")) {
+						break
+					}
+				}
+				served.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	client.CloseIdleConnections()
 	peak, err := procStatusKB(sup.Pid(), "RssAnon")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := served.Load(); n < 10000 {
+		t.Skipf("only %d requests in %v: too loaded a machine to call it a burst", n, burst)
+	}
 	growth := peak["RssAnon"] - idle["RssAnon"]
-	if growth < 512 {
-		t.Skipf("the burst grew RssAnon by only %.0f kB; nothing to observe", growth)
+	fmt.Printf("memory: RssAnon idle %.0f kB, %.0f kB after %d requests in %v\n", idle["RssAnon"], peak["RssAnon"], served.Load(), burst)
+	if growth > 1024 {
+		t.Fatalf("a burst of %d requests grew RssAnon by %.0f kB (idle %.0f kB, %.0f kB at its end); want at most 1024 kB",
+			served.Load(), growth, idle["RssAnon"], peak["RssAnon"])
 	}
-	want := peak["RssAnon"] - growth/3
-	var anon float64
-	back := func() bool {
-		st, err := procStatusKB(sup.Pid(), "RssAnon")
-		if err != nil {
-			return true
-		}
-		anon = st["RssAnon"]
-		return anon <= want
-	}
-	if !proctest.Until(60*time.Second, back) {
-		t.Fatalf("RssAnon %.0f kB a minute after the burst (idle %.0f kB, %.0f kB at its end), want <= %.0f kB", anon, idle["RssAnon"], peak["RssAnon"], want)
-	}
-	fmt.Printf("memory: RssAnon idle %.0f kB, %.0f kB at the burst's end, %.0f kB after\n", idle["RssAnon"], peak["RssAnon"], anon)
 }

@@ -123,7 +123,7 @@ go test -count=1 -run '^$' -bench Scan -benchtime 200x ./internal/portwatch/ | t
   awk -F'\t' '/^CPU/ {printf "  %-50s %s %s %s %s\n", $3, $4, $5, $6, $7}' "$OUT/e2e.txt"
   echo
   echo "-- memory after a 5 s wrk burst (kB)"
-  awk -F'\t' '/^BURST/ {printf "  %-24s %s %s\n", $2, $3, $4}' "$OUT/e2e.txt"
+  awk -F'\t' '/^BURST/ {printf "  %-24s %s %s %s %s\n", $2, $3, $4, $5, $6}' "$OUT/e2e.txt"
   echo
   echo "-- orphan storm, whole command (hyperfine: each command's runs in one block, so drift lands on the later ones; the target is judged on the interleaved runs above)"
   cat "$OUT/storm-hyperfine.md"

@@ -64,18 +64,12 @@ func TestHealthServer(t *testing.T) {
 	}
 }
 
-// countConns counts the connections s accepts and closes; call it before
+// countConns counts the connections s serves and ends; call it before
 // Serve.
 func countConns(s *Server) (accepted, closed *atomic.Int32) {
 	accepted, closed = new(atomic.Int32), new(atomic.Int32)
-	s.srv.ConnState = func(_ net.Conn, st http.ConnState) {
-		switch st {
-		case http.StateNew:
-			accepted.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			closed.Add(1)
-		}
-	}
+	s.onOpen = func() { accepted.Add(1) }
+	s.onClose = func() { closed.Add(1) }
 	return accepted, closed
 }
 

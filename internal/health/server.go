@@ -1,13 +1,15 @@
 package health
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
@@ -26,11 +28,16 @@ import (
 const (
 	headerTimeout = 2 * time.Second
 	idleTimeout   = time.Second
+	writeTimeout  = 5 * time.Second
 	maxHeader     = 8 << 10
 	maxConns      = 128
 	// perSource is far above what the kubelet (a few probes at once, from
 	// the node's address) or a scraper opens.
 	perSource = 16
+	// spareBufs request buffers are kept for the next connections: the
+	// kubelet opens one per probe, and a burst's buffers beyond these go
+	// back to the collector.
+	spareBufs = 4
 )
 
 // Check answers a probe: ok, or why not.
@@ -40,9 +47,24 @@ type Check func() (ok bool, why string)
 // under Istio, redirected traffic reaches local ports from 127.0.0.6, so a
 // loopback check would protect nothing, and stopping goes through the control
 // socket alone.
+//
+// It speaks just enough HTTP/1.1 for probes and scrapes (GET and HEAD of
+// three paths, keep-alive, pipelining, no request bodies) and answers a probe
+// without allocating: net/http allocated 21 objects (about 2 kB) per probe,
+// so that a burst of probes ran the collector about a hundred times a
+// second, and those collections left the runtime's per-size-class sweep
+// metadata resident for good.
 type Server struct {
-	srv *http.Server
-	ln  net.Listener
+	ln          *fairListener
+	ready, live Check
+	reg         *metrics.Registry
+	bufs        chan []byte
+
+	mu     sync.Mutex
+	closed bool
+
+	// onOpen and onClose, when set (tests), see each connection served.
+	onOpen, onClose func()
 }
 
 // Listen binds addr (such as :15022) and returns a server ready to Serve.
@@ -53,42 +75,16 @@ func Listen(addr string, ready, live Check, reg *metrics.Registry) (*Server, err
 	if err != nil {
 		return nil, fmt.Errorf("health server: %w", err)
 	}
-	mux := http.NewServeMux()
 	if live == nil {
 		live = func() (bool, string) { return true, "" }
 	}
-	mux.HandleFunc("GET /healthz/ready", probe(ready, "ready"))
-	mux.HandleFunc("GET /healthz/live", probe(live, "live"))
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		reg.WriteTo(w)
-	})
 	return &Server{
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: headerTimeout,
-			ReadTimeout:       headerTimeout,
-			WriteTimeout:      5 * time.Second,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeader,
-		},
-		ln: newFairListener(ln, maxConns, perSource),
+		ln:    newFairListener(ln, maxConns, perSource),
+		ready: ready,
+		live:  live,
+		reg:   reg,
+		bufs:  make(chan []byte, spareBufs),
 	}, nil
-}
-
-// probe answers a probe from check: 200 and name, or 503 and why not.
-func probe(check Check, name string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		ok, why := check()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not %s: %s\n", name, why)
-			return
-		}
-		fmt.Fprintln(w, name)
-	}
 }
 
 // Addr is the bound address.
@@ -96,14 +92,295 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Serve serves until Close.
 func (s *Server) Serve() error {
-	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("health server: %w", err)
+	var backoff time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return nil
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				// Out of descriptors (EMFILE): wait for some to be
+				// freed rather than spin or stop serving probes.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("health server: %w", err)
+		}
+		backoff = 0
+		go s.serve(c)
 	}
-	return nil
 }
 
 // Close stops the server and its connections.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.ln.closeAll()
+	return err
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// buffer is a request buffer of maxHeader bytes plus room for a response.
+func (s *Server) buffer() []byte {
+	select {
+	case b := <-s.bufs:
+		return b
+	default:
+		return make([]byte, maxHeader+512)
+	}
+}
+
+func (s *Server) release(b []byte) {
+	select {
+	case s.bufs <- b:
+	default:
+	}
+}
+
+// serve answers the requests of one connection in turn, until the client
+// closes it, asks to, errs or times out: headerTimeout from a request's
+// first byte (from the accept, for the first) and idleTimeout between
+// requests.
+func (s *Server) serve(c net.Conn) {
+	if s.onOpen != nil {
+		s.onOpen()
+	}
+	buf := s.buffer()
+	defer func() {
+		c.Close()
+		s.release(buf)
+		if s.onClose != nil {
+			s.onClose()
+		}
+	}()
+	in, out := buf[:maxHeader], buf[maxHeader:maxHeader]
+	n := 0 // bytes of in that are read and not yet answered
+	deadline := time.Now().Add(headerTimeout)
+	for {
+		end := headerEnd(in[:n])
+		for end < 0 {
+			if n == len(in) {
+				s.send(c, out, request{close: true}, 431, "", "request header too large\n")
+				return
+			}
+			if n == 0 && !deadline.IsZero() {
+				c.SetReadDeadline(deadline)
+			}
+			m, err := c.Read(in[n:])
+			if m > 0 && n == 0 && deadline.IsZero() {
+				// The first byte of the next request: its headers have
+				// headerTimeout from now.
+				c.SetReadDeadline(time.Now().Add(headerTimeout))
+			}
+			n += m
+			if err != nil && (m == 0 || headerEnd(in[:n]) < 0) {
+				return
+			}
+			end = headerEnd(in[:n])
+		}
+		req, ok := parse(in[:end])
+		if !ok {
+			s.send(c, out, request{close: true}, 400, "", "bad request\n")
+			return
+		}
+		if !s.answer(c, out, req) || req.close {
+			return
+		}
+		n = copy(in, in[end:n]) // pipelined requests
+		deadline = time.Time{}
+		c.SetReadDeadline(time.Now().Add(idleTimeout))
+	}
+}
+
+// headerEnd is the length of the request head at the start of b (its
+// blank line included), or -1 while it is incomplete. A bare LF ends a
+// line too.
+func headerEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+		if k := bytes.IndexByte(b[i:], '\n'); k == 0 || k == 1 && b[i] == '\r' {
+			return i + k + 1
+		}
+	}
+}
+
+type request struct {
+	method, path []byte
+	close        bool // the client asked to, or speaks HTTP/1.0
+	metrics      bool // the body is the exposition format
+}
+
+// parse reads a request head. It refuses what a probe or a scrape never
+// sends and this server could misread: a body, a folded header line, a
+// malformed request line.
+func parse(head []byte) (request, bool) {
+	line, rest, _ := bytes.Cut(head, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	method, line, ok1 := bytes.Cut(line, []byte{' '})
+	target, proto, ok2 := bytes.Cut(line, []byte{' '})
+	if !ok1 || !ok2 || len(method) == 0 {
+		return request{}, false
+	}
+	var r request
+	switch string(proto) {
+	case "HTTP/1.1":
+	case "HTTP/1.0":
+		r.close = true
+	default:
+		return request{}, false
+	}
+	if rest, ok := bytes.CutPrefix(target, []byte("http://")); ok {
+		// absolute-form: the path follows the authority
+		i := bytes.IndexByte(rest, '/')
+		if i < 0 {
+			return request{}, false
+		}
+		target = rest[i:]
+	}
+	if len(target) == 0 || target[0] != '/' {
+		return request{}, false
+	}
+	if i := bytes.IndexByte(target, '?'); i >= 0 {
+		target = target[:i]
+	}
+	r.method, r.path = method, target
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if !ok || len(name) == 0 || line[0] == ' ' || line[0] == '\t' {
+			return request{}, false
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Connection")):
+			if hasToken(value, "close") {
+				r.close = true
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			return request{}, false
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if string(value) != "0" {
+				return request{}, false
+			}
+		}
+	}
+	return r, true
+}
+
+// hasToken reports whether the comma list v holds token, in any case.
+func hasToken(v []byte, token string) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte{','})
+		if bytes.EqualFold(bytes.TrimSpace(t), []byte(token)) {
+			return true
+		}
+	}
+	return false
+}
+
+// answer routes one request and writes its response; false if the write
+// failed.
+func (s *Server) answer(c net.Conn, out []byte, r request) bool {
+	var check Check
+	var name string
+	switch string(r.path) {
+	case "/healthz/ready":
+		check, name = s.ready, "ready"
+	case "/healthz/live":
+		check, name = s.live, "live"
+	case "/metrics":
+	default:
+		return s.send(c, out, r, 404, "", "404 page not found\n")
+	}
+	if string(r.method) != "GET" && string(r.method) != "HEAD" {
+		return s.send(c, out, r, 405, "Allow: GET, HEAD\r\n", "method not allowed\n")
+	}
+	if check == nil {
+		var body bytes.Buffer // a scrape, seconds apart: it may allocate
+		s.reg.WriteTo(&body)
+		r.metrics = true
+		return s.send(c, out, r, 200, "", body.String())
+	}
+	if ok, why := check(); !ok {
+		return s.send(c, out, r, 503, "", "not ", name, ": ", why, "\n")
+	}
+	return s.send(c, out, r, 200, "", name, "\n")
+}
+
+// send writes a response whose body is the concatenation of body, built in
+// out (which grows beyond its capacity only for a large body); extra is
+// more header lines. It reports whether the write succeeded.
+func (s *Server) send(c net.Conn, out []byte, r request, code int, extra string, body ...string) bool {
+	close := r.close || code == 400 || code == 431
+	ctype := "text/plain; charset=utf-8"
+	if r.metrics {
+		ctype = "text/plain; version=0.0.4; charset=utf-8"
+	}
+	size := 0
+	for _, p := range body {
+		size += len(p)
+	}
+	b := append(out[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, statusText(code)...)
+	b = append(b, "\r\nDate: "...)
+	b = time.Now().UTC().AppendFormat(b, "Mon, 02 Jan 2006 15:04:05 GMT")
+	b = append(b, "\r\nContent-Type: "...)
+	b = append(b, ctype...)
+	b = append(b, "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(size), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, extra...)
+	if close {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	if string(r.method) != "HEAD" {
+		for _, p := range body {
+			b = append(b, p...)
+		}
+	}
+	c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := c.Write(b)
+	return err == nil
+}
+
+func statusText(code int) string {
+	switch code {
+	case 200:
+		return "OK"
+	case 400:
+		return "Bad Request"
+	case 404:
+		return "Not Found"
+	case 405:
+		return "Method Not Allowed"
+	case 431:
+		return "Request Header Fields Too Large"
+	case 503:
+		return "Service Unavailable"
+	}
+	return "Unknown"
+}
 
 // fairListener bounds the connections it hands out, in all (max) and per
 // source address (perSource), without ever making a new connection wait: it
@@ -117,9 +394,10 @@ type fairListener struct {
 	net.Listener
 	max, perSource int
 
-	mu    sync.Mutex
-	n     int
-	bySrc map[netip.Addr][]*fairConn // oldest first
+	mu     sync.Mutex
+	n      int
+	bySrc  map[netip.Addr][]*fairConn // oldest first
+	closed bool                       // by closeAll: no more connections
 }
 
 func newFairListener(ln net.Listener, max, perSource int) *fairListener {
@@ -133,6 +411,11 @@ func (l *fairListener) Accept() (net.Conn, error) {
 	}
 	fc := &fairConn{Conn: c, l: l, src: sourceOf(c)}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		c.Close()
+		return nil, net.ErrClosed
+	}
 	var evict *fairConn
 	switch {
 	case len(l.bySrc[fc.src]) >= l.perSource:
@@ -151,6 +434,20 @@ func (l *fairListener) Accept() (net.Conn, error) {
 		evict.Conn.Close()
 	}
 	return fc, nil
+}
+
+// closeAll closes every connection handed out, and any accepted later.
+func (l *fairListener) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	var all []*fairConn
+	for _, cs := range l.bySrc {
+		all = append(all, cs...)
+	}
+	l.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
 }
 
 // heaviest is the oldest connection of the source that holds the most.
