@@ -244,11 +244,15 @@ func procStatusKB(pid int, fields ...string) (map[string]float64, error) {
 // Go's defaults for the collector (untuned: without main()'s memory tuning),
 // and tini and dumb-init with `sleep 1000`.
 // Each round starts every subject at once; the figures are medians over the
-// rounds.
+// rounds. The 5 s figure comes before the Go runtime's first collection,
+// which leaves about half a megabyte of its own bookkeeping resident for
+// good, so the last round goes on to a steady state: 70 s, with a readiness
+// probe every second as a kubelet's would come, and that sample is reported
+// beside it, with the targets.
 func BenchmarkIdleMemory(b *testing.B) {
 	useBenchBins(b)
 	benchNeedTool(b, "tini", "dumb-init")
-	const idle = 5 * time.Second
+	const idle, steady = 5 * time.Second, 70 * time.Second
 	rounds := max(benchSamples(5), 5)
 	type subject struct {
 		name  string
@@ -269,11 +273,12 @@ func BenchmarkIdleMemory(b *testing.B) {
 	}
 	fields := []string{"VmRSS", "RssAnon", "RssFile", "VmHWM", "Threads"}
 	got := make([]map[string][]float64, len(subjects))
+	late := make([]map[string]float64, len(subjects)) // the steady sample
 	for i := range got {
 		got[i] = map[string][]float64{}
 	}
 	for range b.N {
-		for range rounds {
+		for round := range rounds {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			for i, s := range subjects {
@@ -293,6 +298,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 							return
 						}
 					}
+					start := time.Now()
 					time.Sleep(idle)
 					if pr.Exited() {
 						b.Errorf("%s exited %d:\n%s", s.name, pr.Code(), pr.Out.String())
@@ -307,6 +313,22 @@ func BenchmarkIdleMemory(b *testing.B) {
 					for k, v := range st {
 						got[i][k] = append(got[i][k], v)
 					}
+					mu.Unlock()
+					if round < rounds-1 {
+						return
+					}
+					for time.Since(start) < steady && !pr.Exited() {
+						if strings.HasPrefix(s.name, "proxy-supervisor") {
+							p.get("http://" + benchHealthAddr + "/healthz/ready")
+						}
+						time.Sleep(time.Second)
+					}
+					if st, err = procStatusKB(pr.Pid(), fields...); err != nil || pr.Exited() {
+						b.Errorf("%s at %v: %v (exited: %v)", s.name, steady, err, pr.Exited())
+						return
+					}
+					mu.Lock()
+					late[i] = st
 					mu.Unlock()
 				}()
 			}
@@ -329,6 +351,16 @@ func BenchmarkIdleMemory(b *testing.B) {
 			rss, anon := medianOf(g["VmRSS"]), medianOf(g["RssAnon"])
 			reportTarget("idle memory", s.name+": VmRSS", fmt.Sprintf("%.0f kB", rss), "<= 8 MiB (8192 kB)", rss <= 8192)
 			reportTarget("idle memory", s.name+": RssAnon", fmt.Sprintf("%.0f kB", anon), "<= 2 MiB (2048 kB)", anon <= 2048)
+		}
+	}
+	for i, s := range subjects {
+		st := late[i]
+		fmt.Printf("MEM\t%s, at %v, probed every 1 s\truns=1\tVmRSS=%.0f\tRssAnon=%.0f\tRssFile=%.0f\tVmHWM=%.0f\tThreads=%.0f\n",
+			s.name, steady, st["VmRSS"], st["RssAnon"], st["RssFile"], st["VmHWM"], st["Threads"])
+		if i < 2 {
+			what := fmt.Sprintf("%s, at %v (steady, probed every 1 s)", s.name, steady)
+			reportTarget("idle memory", what+": VmRSS", fmt.Sprintf("%.0f kB", st["VmRSS"]), "<= 8 MiB (8192 kB)", st["VmRSS"] <= 8192)
+			reportTarget("idle memory", what+": RssAnon", fmt.Sprintf("%.0f kB", st["RssAnon"]), "<= 2 MiB (2048 kB)", st["RssAnon"] <= 2048)
 		}
 	}
 	if fi, err := os.Stat(bin.supervisor); err == nil {
