@@ -364,7 +364,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 		}
 	}
 	if fi, err := os.Stat(bin.supervisor); err == nil {
-		fmt.Printf("MEM\tbinary size %s\t%d bytes (%.2f MiB)\n", bin.supervisor, fi.Size(), float64(fi.Size())/(1<<20))
+		fmt.Printf("NOTE\tidle memory\tthe binary, %s, is %d bytes (%.2f MiB)\n", filepath.Base(bin.supervisor), fi.Size(), float64(fi.Size())/(1<<20))
 		b.ReportMetric(float64(fi.Size()), "binary-bytes")
 	}
 }
