@@ -10,11 +10,23 @@ import (
 	"testing"
 )
 
-func BenchmarkRefusedPoll(b *testing.B) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+// refusedAdmin is an admin client of a port that nothing listens on.
+func refusedAdmin(b *testing.B) *Admin {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
 	addr := ln.Addr().String()
 	ln.Close()
-	a, _ := NewAdmin("http://" + addr)
+	a, err := NewAdmin("http://" + addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+func BenchmarkRefusedPoll(b *testing.B) {
+	a := refusedAdmin(b)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		a.ServerState(context.Background())
@@ -22,10 +34,7 @@ func BenchmarkRefusedPoll(b *testing.B) {
 }
 
 func BenchmarkBoundRefused(b *testing.B) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	a, _ := NewAdmin("http://" + addr)
+	a := refusedAdmin(b)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		a.Bound(context.Background())
