@@ -14,7 +14,8 @@ build:
 demo: build
 	BIN=$(BIN) bash scripts/demo.sh
 
-# The deploy/ checks, every fuzz target for a few seconds (fuzz, below), then
+# The deploy/ checks, the pods in a real kubelet (test-kubelet), every fuzz
+# target for a few seconds (fuzz, below), then
 # unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
 # (those need root for namespaces; they skip themselves otherwise), all under
 # the race detector, which needs cgo and a C compiler. Under it the tests

@@ -87,8 +87,6 @@ type row struct {
 	p50, p90, p99, max, mean float64
 }
 
-func (r row) baseline() bool { return strings.HasPrefix(r.subject, "baseline") }
-
 type target struct{ section, what, measured, goal, verdict string }
 
 type report struct {
@@ -198,7 +196,7 @@ func (r *report) sections() []string {
 	return s
 }
 
-// ours is the section's first row that is not a baseline nor a peer init.
+// ours is the section's first proxy-supervisor row: the supervisor as shipped.
 func ours(rows []row) (row, bool) {
 	for _, x := range rows {
 		if strings.HasPrefix(x.subject, "proxy-supervisor") {

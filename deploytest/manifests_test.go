@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"cmp"
 	"net"
 	"net/url"
 	"os"
@@ -278,13 +279,13 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 			checkBinaryPath(t, where, c, line[0], installed)
 			flags := parseFlags(line[2:])
 			if dir := flags["control-dir"]; line[1] != "install" && line[1] != "version" {
-				checkControlDir(t, where, spec, c, cmp(dir, defaultDir))
+				checkControlDir(t, where, spec, c, cmp.Or(dir, defaultDir))
 			}
 			switch line[1] {
 			case "install":
 				installed = append(installed, installedPaths(t, spec, c, line[2])...)
 			case "exec", "complete":
-				peers[cmp(flags["name"], "default")] = true
+				peers[cmp.Or(flags["name"], "default")] = true
 			case "supervise":
 				if p != nil {
 					t.Fatalf("two supervisors: %s and %s", p.c.Name, c.Name)
@@ -302,19 +303,12 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 	return p
 }
 
-func cmp(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
 // checkProxy checks the supervisor's flags against the pod and its probes
 // and hooks.
 func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]bool) {
 	t.Helper()
 	// The restart policy, which the downward API cannot give.
-	wantPolicy := cmp(string(spec.RestartPolicy), string(corev1.RestartPolicyAlways))
+	wantPolicy := cmp.Or(string(spec.RestartPolicy), string(corev1.RestartPolicyAlways))
 	if got := p.flag("restart-policy", "Never"); got != wantPolicy {
 		t.Errorf("restartPolicy %q with --restart-policy=%s, want %s", spec.RestartPolicy, got, wantPolicy)
 	}
@@ -382,7 +376,7 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 		}
 	}
 	// tmpfs for the control dir (cheap fsync of the records).
-	dir := cmp(p.flags["control-dir"], defaultDir)
+	dir := cmp.Or(p.flags["control-dir"], defaultDir)
 	if v := volumeAt(spec, p.c, dir); v == nil || v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
 		t.Errorf("control dir %s is not a tmpfs emptyDir: %+v", dir, v)
 	}

@@ -71,7 +71,7 @@ func outlives(t *testing.T, sup *proc, up <-chan uploaded) {
 	if code := sup.exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
-	exited := time.Now()
+	exited := sup.Ended()
 	u := <-up
 	u.check(t)
 	if exited.Before(u.at) {

@@ -210,15 +210,12 @@ func BenchmarkDrainCPU(b *testing.B) {
 	i := medianOf(idle)
 	d := medianOf(draining)
 	n := medianOf(netstat)
-	fmt.Printf("CPU\t%s\tproxy-supervisor, ready, before the drain\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(idle), i, minOf(idle), maxOf(idle))
-	fmt.Printf("CPU\t%s\tproxy-supervisor, draining, app listening\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(draining), d, minOf(draining), maxOf(draining))
-	fmt.Printf("CPU\t%s\tbaseline: netstat -plunt loop, sleep 1\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(netstat), n, minOf(netstat), maxOf(netstat))
+	fmt.Printf("CPU\t%s\tproxy-supervisor, ready, before the drain\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(idle), i, slices.Min(idle), slices.Max(idle))
+	fmt.Printf("CPU\t%s\tproxy-supervisor, draining, app listening\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(draining), d, slices.Min(draining), slices.Max(draining))
+	fmt.Printf("CPU\t%s\tbaseline: netstat -plunt loop, sleep 1\truns=%d\tmedian=%.2f\tmin=%.2f\tmax=%.2f\n", section, len(netstat), n, slices.Min(netstat), slices.Max(netstat))
 	b.ReportMetric(d, "drain-cpu-ms/s")
 	reportTarget("drain CPU", "supervisor CPU while draining on a listening app, median", fmt.Sprintf("%.2f ms/s", d), "< 5 ms/s", d < 5)
 }
-
-func minOf(v []float64) float64 { return slices.Min(v) }
-func maxOf(v []float64) float64 { return slices.Max(v) }
 
 // BenchmarkMemoryAfterBurst samples the memory of a ready supervisor idle,
 // at the end of one 5 s wrk burst on /healthz/ready (2 threads, 16

@@ -26,7 +26,8 @@ func TestBurstLeavesLittleResident(t *testing.T) {
 		// make test runs e2e once more with the binaries as shipped.
 		t.Skip("the supervisor is race-built")
 	}
-	t.Parallel()
+	// Not parallel: on a loaded machine the burst would fall short of what
+	// the test needs, and skip instead of asserting.
 	p := newPod(t)
 	sup := p.supervise(nil)
 	p.waitHTTP(readyURL, 200, 10*time.Second)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -222,22 +223,10 @@ func wantExits(t *testing.T, p *corev1.Pod, want map[string]exited) {
 		}
 		got[s.Name] = e
 	}
-	if !maps(got, want) {
+	if !maps.Equal(got, want) {
 		t.Fatalf("pod %s: exits (code, restarts) %v, want %v:\n%s", p.Name, got, want, describe(p))
 	}
 	t.Logf("pod %s: %s, exits (code, restarts) %v", p.Name, p.Status.Phase, got)
-}
-
-func maps(a, b map[string]exited) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // describe is a pod's status for a failure message.

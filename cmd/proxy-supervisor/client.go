@@ -47,7 +47,7 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		case err == nil:
 			why = reason
 			continue // the long poll ended without readiness; ask again
-		case control.Refused(err), errors.As(err, new(*control.UntrustedError)):
+		case control.Refused(err):
 			return false, "", err
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()
@@ -179,9 +179,8 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 // the pod terminate as designed is 0, and only a refusal, a sign of a
 // misconfigured pod, is 1.
 func prestopOutcome(drained bool, why string, err error, timeout time.Duration) (string, int) {
-	var untrusted *control.UntrustedError
 	switch {
-	case control.Refused(err) || errors.As(err, &untrusted):
+	case control.Refused(err):
 		return err.Error(), 1
 	case control.Unavailable(err):
 		return "no supervisor is listening: the proxy is gone or never started", 0

@@ -75,7 +75,7 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 				// Only a request to stop ends the wait; a terminal's
 				// SIGWINCH or a log reopen's SIGUSR1 has no child to go to
 				// yet, and must not end the run as signaled.
-				if sig != syscall.SIGTERM && sig != syscall.SIGINT && sig != syscall.SIGQUIT && sig != syscall.SIGHUP {
+				if !isStop(sig) {
 					continue
 				}
 				stopped <- sig
@@ -290,7 +290,7 @@ func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait tim
 		for {
 			select {
 			case sig := <-sigs:
-				if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGQUIT {
+				if isStop(sig) {
 					cancel()
 					return
 				}
@@ -418,4 +418,10 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "proxy-supervisor: complete: %v\n", err)
 		return 1
 	}
+}
+
+// isStop reports whether sig asks a client to stop: a terminal's SIGWINCH or
+// a log reopen's SIGUSR1 must not end a wait.
+func isStop(sig os.Signal) bool {
+	return sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGHUP
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // EnvPrefix starts the environment variable of every flag:
@@ -268,7 +269,7 @@ func (c *exitCode) String() string { return strconv.Itoa(int(*c)) }
 
 func (c *exitCode) Set(v string) error {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 255 {
+	if err != nil || peers.ValidCode(n) != nil {
 		return errors.New("want a decimal integer from 0 to 255")
 	}
 	*c = exitCode(n)

@@ -79,8 +79,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if err != nil {
 		return fail(usagef("--admin-url: %v", err))
 	}
-	if hp, ok := portOf(string(healthAddr)); ok && hp == admin.Port() {
-		return fail(usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", hp))
+	healthPort, healthOn := portOf(string(healthAddr))
+	if healthOn && healthPort == admin.Port() {
+		return fail(usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", healthPort))
 	}
 	var extra *envoy.ReadyURL
 	if extraReady.val != "" {
@@ -169,7 +170,6 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 			"drain_timeout", *drainTimeout, "stop_timeout", *stopTimeout, "margin", graceMargin, "need", need, "grace_period", *gracePeriod)
 	}
 
-	healthPort, _ := portOf(string(healthAddr))
 	s, err := supervise.New(supervise.Config{
 		Command:     cmdline,
 		Admin:       admin,

@@ -260,16 +260,7 @@ func (b *Book) Report(peer string, code int, reason string, caller int64) (peers
 		}
 		d = r
 	}
-	recs := maps.Clone(b.recs)
-	if recs == nil {
-		recs = make(map[string]peers.Record)
-	}
-	recs[r.Name] = latest(recs[r.Name], d)
-	why := "poke from " + r.Name
-	if b.cfg.Policy.Decide(recs).Settled {
-		return b.load(why), nil
-	}
-	return b.store(recs, why), nil
+	return b.apply(r.Name, latest(b.recs[r.Name], d), "poke from "+r.Name), nil
 }
 
 // check turns a report into a record: the name must be one the policy
@@ -312,7 +303,11 @@ func (b *Book) keep(r peers.Record) {
 // store replaces the book with recs, logs what changed and settles the
 // verdict. The caller holds mu.
 func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
-	v := b.cfg.Policy.Decide(recs)
+	return b.storeDecided(recs, b.cfg.Policy.Decide(recs), why)
+}
+
+// storeDecided is store with recs' verdict v already decided.
+func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why string) peers.Verdict {
 	old := b.recs
 	b.recs, b.verdict = recs, v
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
@@ -463,16 +458,24 @@ func (b *Book) Refresh(name string) peers.Verdict {
 			r = latest(r, p)
 		}
 	}
-	r = latest(r, b.memory[name])
+	return b.apply(name, latest(r, b.memory[name]), why)
+}
+
+// apply puts r in a copy of the book as name's record. A verdict that would
+// settle is confirmed by a full read (load), since another peer's record
+// may have changed since the last; otherwise the copy is stored. The caller
+// holds mu.
+func (b *Book) apply(name string, r peers.Record, why string) peers.Verdict {
 	recs := maps.Clone(b.recs)
 	if recs == nil {
 		recs = make(map[string]peers.Record)
 	}
 	recs[name] = r
-	if b.cfg.Policy.Decide(recs).Settled {
+	v := b.cfg.Policy.Decide(recs)
+	if v.Settled {
 		return b.load(why)
 	}
-	return b.store(recs, why)
+	return b.storeDecided(recs, v, why)
 }
 
 // Peer is one peer as the book sees it, for the supervisor's status.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 func openBook(t *testing.T, policy peers.Policy) (*Book, peers.Dir) {
@@ -40,13 +41,7 @@ func watch(t *testing.T, b *Book) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	proctest.Eventually(t, 10*time.Second, what, cond)
 }
 
 func threads(t *testing.T) int {

@@ -90,11 +90,13 @@ func Unavailable(err error) bool {
 }
 
 // Refused reports whether err is the supervisor refusing a request (a 4xx
-// answer): bad input, or a uid it does not allow. Asking again gets the same
-// answer, so a client gives up at once.
+// answer: bad input, or a uid it does not allow), or a socket served by a
+// uid not trusted to be the supervisor. Asking again gets the same answer,
+// so a client gives up at once.
 func Refused(err error) bool {
 	var e *APIError
-	return errors.As(err, &e) && e.Code >= 400 && e.Code < 500
+	var u *UntrustedError
+	return errors.As(err, &e) && e.Code >= 400 && e.Code < 500 || errors.As(err, &u)
 }
 
 // APIError is an answer with an error status.

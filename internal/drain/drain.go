@@ -259,8 +259,10 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		st.ports, st.perr = d.appPorts(scan, envoyPorts)
 		switch {
 		case st.perr != nil || len(st.ports) > 0:
-			st.known, st.cerr = false, nil // unknown, and not needed yet
-		case !st.known || d.now().Sub(lastStats) >= d.cfg.StatsEvery:
+			// Unknown, and not needed yet; asked for at once when the
+			// ports close, then at most every StatsEvery, failed or not.
+			st.known, st.cerr, lastStats = false, nil, time.Time{}
+		case d.now().Sub(lastStats) >= d.cfg.StatsEvery:
 			lastStats = d.now()
 			st.conns, st.cerr = d.connections(deadline)
 			st.known = st.cerr == nil

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // fakeAdmin is an admin API whose answers the test sets. With silent it
@@ -159,27 +161,20 @@ func within(t *testing.T, ch <-chan Result, d time.Duration) Result {
 // and started.
 func (a *fakeAdmin) posted(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	proctest.Eventually(t, 5*time.Second, fmt.Sprintf("%d admin posts", n), func() bool {
 		a.mu.Lock()
-		got := len(a.posts)
-		a.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("posted %d times; want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer a.mu.Unlock()
+		return len(a.posts) >= n
+	})
 }
 
-func ended(ch <-chan Result) bool {
+// notEnded fails the test if the drain has ended.
+func notEnded(t *testing.T, ch <-chan Result) {
+	t.Helper()
 	select {
 	case r := <-ch:
-		panic("ended early: " + string(r.End))
+		t.Fatalf("ended early: %s", r.End)
 	default:
-		return false
 	}
 }
 
@@ -191,11 +186,11 @@ func TestDrainedOnlyAfterMinAndWhenAppAndEnvoyAreDone(t *testing.T) {
 	clock.advance(6 * time.Second)    // past Min
 	s.close()
 	time.Sleep(20 * time.Millisecond) // the app is gone; Envoy still holds 2
-	ended(res)
+	notEnded(t, res)
 	a.set(func(a *fakeAdmin) { a.conns, a.idle = 0, 3 }) // idle keep-alives do not hold it
 	clock.advance(DefaultStatsEvery)                     // Envoy is asked again
 	time.Sleep(20 * time.Millisecond)                    // the condition holds, not yet for the quiet period
-	ended(res)
+	notEnded(t, res)
 	clock.advance(DefaultQuiet)
 	r := within(t, res, 5*time.Second)
 	if r.End != Drained || !r.OK() {
@@ -225,7 +220,7 @@ func TestDrainWaitsForMinThoughAllIsDone(t *testing.T) {
 	res := start(config(a, s, clock), nil)
 	a.posted(t, 1)
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	clock.advance(5 * time.Second) // the condition has held since the start
 	if r := within(t, res, 5*time.Second); r.End != Drained {
 		t.Fatalf("end %q", r.End)
@@ -238,7 +233,7 @@ func TestDrainTimesOutWhileTheAppListens(t *testing.T) {
 	a.posted(t, 1)
 	clock.advance(19 * time.Second)
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	clock.advance(time.Second)
 	r := within(t, res, 5*time.Second)
 	if r.End != TimedOut || r.OK() {
@@ -279,7 +274,7 @@ func TestSettledPeersWaitForARunningPeer(t *testing.T) {
 	close(settled)
 	a.posted(t, 1)
 	time.Sleep(50 * time.Millisecond) // ticks with the verdict settled and the peer running
-	ended(res)
+	notEnded(t, res)
 	running.Store(0)
 	if r := within(t, res, 5*time.Second); r.End != PeersCompleted {
 		t.Fatalf("end %q", r.End)
@@ -299,7 +294,7 @@ func TestDrainListenersIsRetriedUntilAccepted(t *testing.T) {
 	if n != 3 {
 		t.Errorf("/drain_listeners posted %d times; want 3 (two failures, then once accepted)", n)
 	}
-	ended(res)
+	notEnded(t, res)
 }
 
 // An admin API that accepts and never answers must not carry the drain
@@ -340,11 +335,11 @@ func TestQuietPeriodSeesALateConnection(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	clock.advance(time.Second) // well past the first quiet period
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	a.set(func(a *fakeAdmin) { a.conns = 0 })
 	clock.advance(DefaultStatsEvery)
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	clock.advance(DefaultQuiet)
 	if r := within(t, res, 5*time.Second); r.End != Drained {
 		t.Fatalf("end %q", r.End)
@@ -363,7 +358,7 @@ func TestRunningPeerHoldsTheDrain(t *testing.T) {
 	a.posted(t, 1)
 	clock.advance(10 * time.Second) // past Min, nothing listens, no connection
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	running.Store(0)
 	time.Sleep(20 * time.Millisecond)
 	clock.advance(DefaultQuiet)
@@ -392,7 +387,7 @@ func TestRecheckWaitsForConnectionsOnly(t *testing.T) {
 	cfg.Recheck = true
 	res := start(cfg, nil)
 	time.Sleep(20 * time.Millisecond)
-	ended(res)
+	notEnded(t, res)
 	a.set(func(a *fakeAdmin) { a.conns = 0 })
 	clock.advance(DefaultStatsEvery)
 	time.Sleep(20 * time.Millisecond)

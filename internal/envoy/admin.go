@@ -9,7 +9,7 @@
 package envoy
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -279,10 +279,8 @@ func (a *Admin) Stats(ctx context.Context, filter string) (map[string]uint64, er
 // text readouts have other values and are skipped.
 func parseStats(body []byte) map[string]uint64 {
 	out := make(map[string]uint64)
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
+	for line := range bytes.Lines(body) {
+		name, val, ok := strings.Cut(string(bytes.TrimRight(line, "\r\n")), ": ")
 		if !ok {
 			continue
 		}

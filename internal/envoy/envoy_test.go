@@ -115,11 +115,9 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	}
 	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Reason == "DRAINING" })
 	before := time.Now()
-	for deadline := time.Now().Add(3 * time.Second); !tr.LastAnswer().After(before); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a 503 DRAINING is an answer, but the last answer did not move")
-		}
-	}
+	proctest.Eventually(t, 3*time.Second, "a 503 DRAINING is an answer: the last answer moves", func() bool {
+		return tr.LastAnswer().After(before)
+	})
 	if err := a.Post(context.Background(), "/healthcheck/ok"); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,6 @@ func (l *dataListener) accept(ln net.Listener) {
 
 // dataConn is one accepted connection.
 type dataConn struct {
-	l     *dataListener
 	nc    net.Conn
 	stats cxStats
 
@@ -130,7 +129,7 @@ func (l *dataListener) track(nc net.Conn) *dataConn {
 	}
 	w := l.workers[l.next%len(l.workers)]
 	l.next++
-	c := &dataConn{l: l, nc: nc, stats: cxStats{
+	c := &dataConn{nc: nc, stats: cxStats{
 		active: append(append([]*metric(nil), l.cx.active...), w.active...),
 		total:  append(append([]*metric(nil), l.cx.total...), w.total...),
 	}}

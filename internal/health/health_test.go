@@ -73,8 +73,9 @@ func countConns(s *Server) (accepted, closed *atomic.Int32) {
 	return accepted, closed
 }
 
-// Slow clients are cut off at the header timeout and cannot pin more than
-// maxConns goroutines and descriptors.
+// Slow clients from one source are cut off: all but perSource at once, as
+// newer ones arrive, and the last perSource at the header timeout. They pin
+// no more than perSource goroutines.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
 	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
 	if err != nil {
@@ -84,8 +85,9 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 	go s.Serve()
 	defer s.Close()
 	before := runtime.NumGoroutine()
+	const n = 300
 	var conns []net.Conn
-	for i := 0; i < 300; i++ {
+	for i := 0; i < n; i++ {
 		c, err := net.Dial("tcp", s.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -98,13 +100,12 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 			c.Close()
 		}
 	}()
-	// The server takes every slot, and no more.
-	proctest.Eventually(t, 5*time.Second, "every slot taken", func() bool { return accepted.Load() >= maxConns })
-	if g := runtime.NumGoroutine() - before; g > maxConns+10 {
-		t.Fatalf("%d goroutines for 300 slow clients; want at most ~%d", g, maxConns)
+	proctest.Eventually(t, 5*time.Second, "every client accepted", func() bool { return accepted.Load() == n })
+	if g := runtime.NumGoroutine() - before; g > perSource+10 {
+		t.Fatalf("%d goroutines for %d slow clients of one source; want at most ~%d", g, n, perSource)
 	}
-	// After the header timeout they are gone and a real probe gets through.
-	proctest.Eventually(t, headerTimeout+10*time.Second, "the slow clients cut off", func() bool { return closed.Load() >= maxConns })
+	// The last perSource are cut only by the header timeout.
+	proctest.Eventually(t, headerTimeout+10*time.Second, "every slow client cut off", func() bool { return closed.Load() == n })
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + s.Addr().String() + "/healthz/ready")
 	if err != nil {
@@ -116,25 +117,37 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 	}
 }
 
-// Keep-alive clients that park on every slot are dropped after the idle
-// timeout, so a probe gets through within the kubelet's 3 s.
+// Keep-alive clients from many sources that park on every slot do not keep
+// a probe out: at the cap, a new connection evicts the oldest of the source
+// holding the most, so the probe is answered within the kubelet's 3 s.
 func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
-	addr := serveReady(t)
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, _ := countConns(s)
+	go s.Serve()
+	defer s.Close()
+	addr := s.Addr().String()
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	for i := 0; i < maxConns+50; i++ {
-		c, err := net.Dial("tcp", addr)
+	flood := maxConns + 50
+	for i := 0; i < flood; i++ {
+		// perSource a source from 127.0.0.2 on: the global cap, not the
+		// per-source one, is what the flood meets.
+		from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(2+i/perSource))}}
+		c, err := from.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(c, "GET /healthz/live HTTP/1.1\r\nHost: x\r\n\r\n") // then park
 		conns = append(conns, c)
 	}
-	time.Sleep(200 * time.Millisecond)
+	proctest.Eventually(t, 5*time.Second, "the flood accepted", func() bool { return accepted.Load() == int32(flood) })
 	client := &http.Client{Timeout: 3 * time.Second} // the kubelet's probe timeout
 	start := time.Now()
 	resp, err := client.Get("http://" + addr + "/healthz/ready")
@@ -142,4 +155,7 @@ func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
 		t.Fatalf("probe during the flood: %v after %v", err, time.Since(start))
 	}
 	resp.Body.Close()
+	if d := time.Since(start); d >= idleTimeout {
+		t.Fatalf("probe answered after %v: it waited for an idle timeout, not an eviction", d)
+	}
 }

@@ -60,9 +60,6 @@ type Server struct {
 	reg         *metrics.Registry
 	bufs        chan []byte
 
-	mu     sync.Mutex
-	closed bool
-
 	// onOpen and onClose, when set (tests), see each connection served.
 	onOpen, onClose func()
 }
@@ -96,10 +93,10 @@ func (s *Server) Serve() error {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			if s.isClosed() {
+			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				// Out of descriptors (EMFILE): wait for some to be
 				// freed rather than spin or stop serving probes.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -115,18 +112,9 @@ func (s *Server) Serve() error {
 
 // Close stops the server and its connections.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
 	err := s.ln.Close()
 	s.ln.closeAll()
 	return err
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
 }
 
 // buffer is a request buffer of maxHeader bytes plus room for a response.

@@ -39,6 +39,15 @@ func TestReleasesFreeHeapAfterBurst(t *testing.T) {
 
 func TestStopWaits(t *testing.T) {
 	stop := Start(time.Millisecond, 0)
-	time.Sleep(5 * time.Millisecond)
-	stop() // returns only once the goroutine has ended; a hang fails the test's timeout
+	time.Sleep(5 * time.Millisecond) // a few checks under way
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return within 5 s")
+	}
 }

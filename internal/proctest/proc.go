@@ -45,6 +45,11 @@ func StartWith(tb testing.TB, name string, cmd *exec.Cmd, start func() error) *P
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
+	// A descendant outside the killed group that still holds the output
+	// pipe must not hold Wait, and so Kill and the test's cleanup, forever.
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 5 * time.Second
+	}
 	cmd.SysProcAttr.Setpgid = true
 	if cmd.SysProcAttr.Pdeathsig == 0 {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -129,8 +134,12 @@ func (pr *Proc) Ended() time.Time {
 	return pr.ended
 }
 
-// Wait reports whether the process ended within d.
+// Wait reports whether the process ended within d. An end already seen
+// wins over a d of zero: a select of two ready cases picks either.
 func (pr *Proc) Wait(d time.Duration) bool {
+	if pr.Exited() {
+		return true
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -23,8 +23,8 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
 
-// The tests run a real Supervisor in this process. supervise.New makes the
-// test process a child subreaper and Run reaps with wait4(-1), so the tests
+// The tests run a real Supervisor in this process. Run makes the test
+// process a child subreaper and reaps with wait4(-1), so the tests
 // never run in parallel (two reapers would steal each other's exits) and
 // never call exec.Cmd.Wait while a Supervisor runs.
 
