@@ -1,0 +1,327 @@
+package http1
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Client makes requests to one server, over connections it keeps open
+// between requests while the server does (a readiness poll every 10 ms must
+// not cost a connection each). It is safe for concurrent use.
+//
+// Every request the supervisor and its clients send may be sent twice (a
+// poll, a completion recorded again, a drain joined, a second
+// /quitquitquit), so a request that fails on a kept connection before any of
+// its answer arrived is sent again once on a new one: the server may have
+// closed the idle connection under it.
+type Client struct {
+	// Dial opens a connection to the server, bounded by ctx.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Host is the Host header.
+	Host string
+	// MaxBody bounds an answer's body; a longer one is an error, never a
+	// cut-off answer that could be read as a short one.
+	MaxBody int
+
+	mu   sync.Mutex
+	idle []*conn
+}
+
+// maxIdle is how many connections a Client keeps; the supervisor's callers
+// overlap at most two at a time (the tracker's poll and a drain's).
+const maxIdle = 2
+
+// maxHead bounds a response's head.
+const maxHead = 64 << 10
+
+// Response is an answer.
+type Response struct {
+	Code   int
+	Status string // the status line after the code, such as "OK"
+	Body   []byte
+}
+
+type conn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+// Do sends a request without a body for target (a path with its query),
+// bounded by ctx, and returns the answer whatever its code.
+func (c *Client) Do(ctx context.Context, method, target string) (Response, error) {
+	if err := ctx.Err(); err != nil {
+		return Response{}, err
+	}
+	for tries := 0; ; tries++ {
+		cn, kept, err := c.get(ctx)
+		if err != nil {
+			return Response{}, err
+		}
+		resp, keep, started, err := c.roundTrip(ctx, cn, method, target)
+		if err == nil {
+			c.put(cn, keep)
+			return resp, nil
+		}
+		cn.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			return Response{}, fmt.Errorf("%w (%v)", cerr, err)
+		}
+		if !kept || started || tries > 0 {
+			return Response{}, err
+		}
+	}
+}
+
+// CloseIdle closes the connections kept for reuse.
+func (c *Client) CloseIdle() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cn := range idle {
+		cn.Close()
+	}
+}
+
+// get returns a kept connection, or a new one; kept says which.
+func (c *Client) get(ctx context.Context) (*conn, bool, error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		cn := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cn, true, nil
+	}
+	c.mu.Unlock()
+	nc, err := c.Dial(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10)}, false, nil
+}
+
+func (c *Client) put(cn *conn, keep bool) {
+	if keep {
+		c.mu.Lock()
+		if len(c.idle) < maxIdle {
+			c.idle = append(c.idle, cn)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+	cn.Close()
+}
+
+// roundTrip writes the request and reads its answer. started reports
+// whether any of the answer arrived, after which it must not be sent again.
+func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string) (resp Response, keep, started bool, err error) {
+	deadline, _ := ctx.Deadline()
+	cn.SetDeadline(deadline)
+	// A cancelled ctx cuts the connection's wait at once; the connection is
+	// then closed, since an answer may still be on its way.
+	stop := context.AfterFunc(ctx, func() { cn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	req := make([]byte, 0, 128+len(target)+len(c.Host))
+	req = append(req, method...)
+	req = append(req, ' ')
+	req = append(req, target...)
+	req = append(req, " HTTP/1.1\r\nHost: "...)
+	req = append(req, c.Host...)
+	req = append(req, "\r\nUser-Agent: proxy-supervisor\r\n"...)
+	if method == "POST" || method == "PUT" {
+		req = append(req, "Content-Length: 0\r\n"...)
+	}
+	req = append(req, "\r\n"...)
+	if _, err := cn.Write(req); err != nil {
+		return Response{}, false, false, err
+	}
+	if _, err := cn.br.Peek(1); err != nil {
+		return Response{}, false, false, err
+	}
+	resp, keep, err = ReadResponse(cn.br, method == "HEAD", c.MaxBody)
+	if err == nil {
+		cn.SetDeadline(time.Time{})
+	}
+	return resp, keep, true, err
+}
+
+// ErrTooLarge is an answer whose body is longer than the client's MaxBody.
+var ErrTooLarge = errors.New("answer larger than the bound")
+
+// ReadResponse reads one answer from br: its status, and its body whether
+// framed by Content-Length, chunked, or by the end of the connection, up to
+// maxBody bytes. head is set when the request was HEAD, whose answer has no
+// body. keep reports whether the connection can carry another request.
+// Interim (1xx) answers are skipped.
+func ReadResponse(br *bufio.Reader, head bool, maxBody int) (resp Response, keep bool, err error) {
+	for {
+		var h respHead
+		if h, err = readHead(br); err != nil {
+			return Response{}, false, err
+		}
+		if h.code >= 100 && h.code < 200 {
+			continue
+		}
+		resp = Response{Code: h.code, Status: h.status}
+		keep = h.keep
+		switch {
+		case head || h.code == 204 || h.code == 304:
+		case h.chunked:
+			resp.Body, err = readChunked(br, maxBody)
+		case h.length >= 0:
+			if h.length > int64(maxBody) {
+				return Response{}, false, fmt.Errorf("%w: Content-Length %d, bound %d", ErrTooLarge, h.length, maxBody)
+			}
+			resp.Body = make([]byte, h.length)
+			_, err = io.ReadFull(br, resp.Body)
+		default:
+			keep = false
+			resp.Body, err = io.ReadAll(io.LimitReader(br, int64(maxBody)+1))
+			if err == nil && len(resp.Body) > maxBody {
+				err = fmt.Errorf("%w of %d bytes", ErrTooLarge, maxBody)
+			}
+		}
+		if err != nil {
+			return Response{}, false, fmt.Errorf("read answer: %w", unexpected(err))
+		}
+		return resp, keep, nil
+	}
+}
+
+type respHead struct {
+	code    int
+	status  string
+	length  int64 // -1: not given
+	chunked bool
+	keep    bool
+}
+
+func readHead(br *bufio.Reader) (respHead, error) {
+	h := respHead{length: -1}
+	line, err := readLine(br)
+	if err != nil {
+		return h, unexpected(err)
+	}
+	proto, rest, _ := bytes.Cut(line, []byte{' '})
+	codeText, status, _ := bytes.Cut(rest, []byte{' '})
+	code, cerr := strconv.Atoi(string(codeText))
+	switch {
+	case cerr != nil || len(codeText) != 3:
+		return h, fmt.Errorf("malformed status line %q", line)
+	case string(proto) == "HTTP/1.1":
+		h.keep = true
+	case string(proto) != "HTTP/1.0":
+		return h, fmt.Errorf("malformed status line %q", line)
+	}
+	h.code, h.status = code, string(status)
+	size := len(line)
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return h, fmt.Errorf("read answer's head: %w", unexpected(err))
+		}
+		if len(line) == 0 {
+			return h, nil
+		}
+		if size += len(line); size > maxHead {
+			return h, fmt.Errorf("answer's head longer than %d bytes", maxHead)
+		}
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			return h, fmt.Errorf("malformed header line %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, err := strconv.ParseInt(string(value), 10, 64)
+			if err != nil || n < 0 || h.length >= 0 && n != h.length {
+				return h, fmt.Errorf("bad Content-Length %q", value)
+			}
+			h.length = n
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			if !bytes.EqualFold(value, []byte("chunked")) {
+				return h, fmt.Errorf("unsupported Transfer-Encoding %q", value)
+			}
+			h.chunked = true
+		case bytes.EqualFold(name, []byte("Connection")):
+			if hasToken(value, "close") {
+				h.keep = false
+			} else if hasToken(value, "keep-alive") {
+				h.keep = true
+			}
+		}
+	}
+}
+
+// readLine reads one line without its CRLF (or bare LF); a line longer than
+// br's buffer is an error, not a line read in pieces.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("header line longer than %d bytes", br.Size())
+	}
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	return bytes.TrimSuffix(line, []byte{'\r'}), nil
+}
+
+// readChunked reads a chunked body and its trailer.
+func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
+	var body []byte
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return nil, err
+		}
+		sizeText, _, _ := bytes.Cut(line, []byte{';'}) // chunk extensions
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(sizeText)), 16, 63)
+		if err != nil {
+			return nil, fmt.Errorf("bad chunk size %q", line)
+		}
+		if n == 0 {
+			for { // the trailer, up to its blank line
+				line, err := readLine(br)
+				if err != nil {
+					return nil, err
+				}
+				if len(line) == 0 {
+					return body, nil
+				}
+			}
+		}
+		if uint64(len(body))+n > uint64(maxBody) {
+			return nil, fmt.Errorf("%w of %d bytes", ErrTooLarge, maxBody)
+		}
+		body = append(body, make([]byte, n)...)
+		if _, err := io.ReadFull(br, body[len(body)-int(n):]); err != nil {
+			return nil, err
+		}
+		line, err = readLine(br)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) != 0 {
+			return nil, errors.New("chunk not followed by CRLF")
+		}
+	}
+}
+
+// unexpected turns an EOF in the middle of an answer into the error it is.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

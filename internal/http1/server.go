@@ -1,0 +1,163 @@
+package http1
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+)
+
+// HeadEnd is the length of the request head at the start of b (its blank
+// line included), or -1 while it is incomplete. A bare LF ends a line too.
+func HeadEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+		if k := bytes.IndexByte(b[i:], '\n'); k == 0 || k == 1 && b[i] == '\r' {
+			return i + k + 1
+		}
+	}
+}
+
+// Request is a parsed request head. Its slices point into the head.
+type Request struct {
+	Method []byte
+	Path   []byte // the target's path, from an origin- or absolute-form target
+	Query  []byte // what follows '?' in the target, without it
+	// Close is set when the client asked to close the connection after
+	// the answer, or speaks HTTP/1.0.
+	Close bool
+	// Body is set when the head announces a body: a Content-Length other
+	// than 0, or any Transfer-Encoding. Neither server takes bodies (a body
+	// is only something for a slow client to trickle), so both refuse such
+	// a request and close the connection, whose next bytes would be the body.
+	Body bool
+}
+
+// ParseRequest reads a request head (up to and including its blank line).
+// It refuses what no client of the supervisor sends and a server could
+// misread: a malformed request line, a protocol other than HTTP/1.0 and 1.1,
+// a folded header line. It does not allocate.
+func ParseRequest(head []byte) (Request, bool) {
+	line, rest, _ := bytes.Cut(head, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	method, line, ok1 := bytes.Cut(line, []byte{' '})
+	target, proto, ok2 := bytes.Cut(line, []byte{' '})
+	if !ok1 || !ok2 || len(method) == 0 {
+		return Request{}, false
+	}
+	var r Request
+	switch string(proto) {
+	case "HTTP/1.1":
+	case "HTTP/1.0":
+		r.Close = true
+	default:
+		return Request{}, false
+	}
+	if rest, ok := bytes.CutPrefix(target, []byte("http://")); ok {
+		// absolute-form: the path follows the authority
+		i := bytes.IndexByte(rest, '/')
+		if i < 0 {
+			return Request{}, false
+		}
+		target = rest[i:]
+	}
+	if len(target) == 0 || target[0] != '/' {
+		return Request{}, false
+	}
+	if i := bytes.IndexByte(target, '?'); i >= 0 {
+		target, r.Query = target[:i], target[i+1:]
+	}
+	r.Method, r.Path = method, target
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if !ok || len(name) == 0 || line[0] == ' ' || line[0] == '\t' {
+			return Request{}, false
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Connection")):
+			if hasToken(value, "close") {
+				r.Close = true
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			r.Body = true
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if string(value) != "0" {
+				r.Body = true
+			}
+		}
+	}
+	return r, true
+}
+
+// hasToken reports whether the comma list v holds token, in any case.
+func hasToken(v []byte, token string) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte{','})
+		if bytes.EqualFold(bytes.TrimSpace(t), []byte(token)) {
+			return true
+		}
+	}
+	return false
+}
+
+// AppendHead appends a response's head to b: the status line, the headers
+// every answer of the supervisor carries (Date, Content-Type, no caching,
+// no sniffing, Content-Length), extra (whole header lines, each ending in
+// CRLF), Connection: close when close is set, and the blank line.
+func AppendHead(b []byte, code int, ctype string, length int, extra string, close bool) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, StatusText(code)...)
+	b = append(b, "\r\nDate: "...)
+	b = time.Now().UTC().AppendFormat(b, "Mon, 02 Jan 2006 15:04:05 GMT")
+	b = append(b, "\r\nContent-Type: "...)
+	b = append(b, ctype...)
+	b = append(b, "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(length), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, extra...)
+	if close {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// StatusText is the reason phrase of the codes the supervisor answers with.
+func StatusText(code int) string {
+	switch code {
+	case 200:
+		return "OK"
+	case 202:
+		return "Accepted"
+	case 400:
+		return "Bad Request"
+	case 403:
+		return "Forbidden"
+	case 404:
+		return "Not Found"
+	case 405:
+		return "Method Not Allowed"
+	case 408:
+		return "Request Timeout"
+	case 431:
+		return "Request Header Fields Too Large"
+	case 500:
+		return "Internal Server Error"
+	case 503:
+		return "Service Unavailable"
+	case 504:
+		return "Gateway Timeout"
+	}
+	return "Unknown"
+}
