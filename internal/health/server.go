@@ -7,11 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
 )
 
@@ -154,10 +154,10 @@ func (s *Server) serve(c net.Conn) {
 	n := 0 // bytes of in that are read and not yet answered
 	deadline := time.Now().Add(headerTimeout)
 	for {
-		end := headerEnd(in[:n])
+		end := http1.HeadEnd(in[:n])
 		for end < 0 {
 			if n == len(in) {
-				s.send(c, out, request{close: true}, 431, "", "request header too large\n")
+				s.send(c, out, http1.Request{Close: true}, 431, "", "request header too large\n")
 				return
 			}
 			if n == 0 && !deadline.IsZero() {
@@ -170,17 +170,19 @@ func (s *Server) serve(c net.Conn) {
 				c.SetReadDeadline(time.Now().Add(headerTimeout))
 			}
 			n += m
-			if err != nil && (m == 0 || headerEnd(in[:n]) < 0) {
+			if err != nil && (m == 0 || http1.HeadEnd(in[:n]) < 0) {
 				return
 			}
-			end = headerEnd(in[:n])
+			end = http1.HeadEnd(in[:n])
 		}
-		req, ok := parse(in[:end])
-		if !ok {
-			s.send(c, out, request{close: true}, 400, "", "bad request\n")
+		// A probe or a scrape never sends a body, and this server would
+		// read one as the next request.
+		req, ok := http1.ParseRequest(in[:end])
+		if !ok || req.Body {
+			s.send(c, out, http1.Request{Close: true}, 400, "", "bad request\n")
 			return
 		}
-		if !s.answer(c, out, req) || req.close {
+		if !s.answer(c, out, req) || req.Close {
 			return
 		}
 		n = copy(in, in[end:n]) // pipelined requests
@@ -189,107 +191,12 @@ func (s *Server) serve(c net.Conn) {
 	}
 }
 
-// headerEnd is the length of the request head at the start of b (its
-// blank line included), or -1 while it is incomplete. A bare LF ends a
-// line too.
-func headerEnd(b []byte) int {
-	for i := 0; ; {
-		j := bytes.IndexByte(b[i:], '\n')
-		if j < 0 {
-			return -1
-		}
-		i += j + 1
-		if k := bytes.IndexByte(b[i:], '\n'); k == 0 || k == 1 && b[i] == '\r' {
-			return i + k + 1
-		}
-	}
-}
-
-type request struct {
-	method, path []byte
-	close        bool // the client asked to, or speaks HTTP/1.0
-	metrics      bool // the body is the exposition format
-}
-
-// parse reads a request head. It refuses what a probe or a scrape never
-// sends and this server could misread: a body, a folded header line, a
-// malformed request line.
-func parse(head []byte) (request, bool) {
-	line, rest, _ := bytes.Cut(head, []byte{'\n'})
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	method, line, ok1 := bytes.Cut(line, []byte{' '})
-	target, proto, ok2 := bytes.Cut(line, []byte{' '})
-	if !ok1 || !ok2 || len(method) == 0 {
-		return request{}, false
-	}
-	var r request
-	switch string(proto) {
-	case "HTTP/1.1":
-	case "HTTP/1.0":
-		r.close = true
-	default:
-		return request{}, false
-	}
-	if rest, ok := bytes.CutPrefix(target, []byte("http://")); ok {
-		// absolute-form: the path follows the authority
-		i := bytes.IndexByte(rest, '/')
-		if i < 0 {
-			return request{}, false
-		}
-		target = rest[i:]
-	}
-	if len(target) == 0 || target[0] != '/' {
-		return request{}, false
-	}
-	if i := bytes.IndexByte(target, '?'); i >= 0 {
-		target = target[:i]
-	}
-	r.method, r.path = method, target
-	for len(rest) > 0 {
-		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(line) == 0 {
-			break
-		}
-		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok || len(name) == 0 || line[0] == ' ' || line[0] == '\t' {
-			return request{}, false
-		}
-		value = bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("Connection")):
-			if hasToken(value, "close") {
-				r.close = true
-			}
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			return request{}, false
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if string(value) != "0" {
-				return request{}, false
-			}
-		}
-	}
-	return r, true
-}
-
-// hasToken reports whether the comma list v holds token, in any case.
-func hasToken(v []byte, token string) bool {
-	for len(v) > 0 {
-		var t []byte
-		t, v, _ = bytes.Cut(v, []byte{','})
-		if bytes.EqualFold(bytes.TrimSpace(t), []byte(token)) {
-			return true
-		}
-	}
-	return false
-}
-
 // answer routes one request and writes its response; false if the write
 // failed.
-func (s *Server) answer(c net.Conn, out []byte, r request) bool {
+func (s *Server) answer(c net.Conn, out []byte, r http1.Request) bool {
 	var check Check
 	var name string
-	switch string(r.path) {
+	switch string(r.Path) {
 	case "/healthz/ready":
 		check, name = s.ready, "ready"
 	case "/healthz/live":
@@ -298,13 +205,12 @@ func (s *Server) answer(c net.Conn, out []byte, r request) bool {
 	default:
 		return s.send(c, out, r, 404, "", "404 page not found\n")
 	}
-	if string(r.method) != "GET" && string(r.method) != "HEAD" {
+	if string(r.Method) != "GET" && string(r.Method) != "HEAD" {
 		return s.send(c, out, r, 405, "Allow: GET, HEAD\r\n", "method not allowed\n")
 	}
 	if check == nil {
 		var body bytes.Buffer // a scrape, seconds apart: it may allocate
 		s.reg.WriteTo(&body)
-		r.metrics = true
 		return s.send(c, out, r, 200, "", body.String())
 	}
 	if ok, why := check(); !ok {
@@ -316,33 +222,17 @@ func (s *Server) answer(c net.Conn, out []byte, r request) bool {
 // send writes a response whose body is the concatenation of body, built in
 // out (which grows beyond its capacity only for a large body); extra is
 // more header lines. It reports whether the write succeeded.
-func (s *Server) send(c net.Conn, out []byte, r request, code int, extra string, body ...string) bool {
-	close := r.close || code == 400 || code == 431
+func (s *Server) send(c net.Conn, out []byte, r http1.Request, code int, extra string, body ...string) bool {
 	ctype := "text/plain; charset=utf-8"
-	if r.metrics {
+	if string(r.Path) == "/metrics" && code == 200 {
 		ctype = "text/plain; version=0.0.4; charset=utf-8"
 	}
 	size := 0
 	for _, p := range body {
 		size += len(p)
 	}
-	b := append(out[:0], "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(code), 10)
-	b = append(b, ' ')
-	b = append(b, statusText(code)...)
-	b = append(b, "\r\nDate: "...)
-	b = time.Now().UTC().AppendFormat(b, "Mon, 02 Jan 2006 15:04:05 GMT")
-	b = append(b, "\r\nContent-Type: "...)
-	b = append(b, ctype...)
-	b = append(b, "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(size), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, extra...)
-	if close {
-		b = append(b, "Connection: close\r\n"...)
-	}
-	b = append(b, "\r\n"...)
-	if string(r.method) != "HEAD" {
+	b := http1.AppendHead(out[:0], code, ctype, size, extra, r.Close || code == 400 || code == 431)
+	if string(r.Method) != "HEAD" {
 		for _, p := range body {
 			b = append(b, p...)
 		}
@@ -350,24 +240,6 @@ func (s *Server) send(c net.Conn, out []byte, r request, code int, extra string,
 	c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := c.Write(b)
 	return err == nil
-}
-
-func statusText(code int) string {
-	switch code {
-	case 200:
-		return "OK"
-	case 400:
-		return "Bad Request"
-	case 404:
-		return "Not Found"
-	case 405:
-		return "Method Not Allowed"
-	case 431:
-		return "Request Header Fields Too Large"
-	case 503:
-		return "Service Unavailable"
-	}
-	return "Unknown"
 }
 
 // fairListener bounds the connections it hands out, in all (max) and per

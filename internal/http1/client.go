@@ -71,13 +71,26 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 			return resp, nil
 		}
 		cn.Close()
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxErr(ctx, err); cerr != nil {
 			return Response{}, fmt.Errorf("%w (%v)", cerr, err)
 		}
 		if !kept || started || tries > 0 {
 			return Response{}, err
 		}
 	}
+}
+
+// ctxErr is ctx's error when ctx ended the request that failed with err.
+// The connection's deadline is ctx's, and may fire before ctx's own timer.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	var ne net.Error
+	if d, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // CloseIdle closes the connections kept for reuse.
@@ -216,7 +229,7 @@ func readHead(br *bufio.Reader) (respHead, error) {
 	codeText, status, _ := bytes.Cut(rest, []byte{' '})
 	code, cerr := strconv.Atoi(string(codeText))
 	switch {
-	case cerr != nil || len(codeText) != 3:
+	case cerr != nil || len(codeText) != 3 || codeText[0] < '1' || codeText[0] > '9':
 		return h, fmt.Errorf("malformed status line %q", line)
 	case string(proto) == "HTTP/1.1":
 		h.keep = true
