@@ -27,9 +27,13 @@ import (
 type backend struct {
 	mu       sync.Mutex
 	waits    atomic.Int32 // calls of WaitReady so far
+	ended    atomic.Int32 // calls of WaitReady ended by their context
 	ready    chan struct{}
 	drained  chan struct{}
 	complete []string
+	// onComplete, when set, runs after a completion is recorded, as the
+	// end of the job does in the supervisor.
+	onComplete func()
 }
 
 func newBackend() *backend {
@@ -42,6 +46,7 @@ func (b *backend) WaitReady(ctx context.Context) (bool, string) {
 	case <-b.ready:
 		return true, ""
 	case <-ctx.Done():
+		b.ended.Add(1)
 		return false, "PRE_INITIALIZING"
 	}
 }
@@ -53,6 +58,9 @@ func (b *backend) Complete(_ context.Context, peer string, code int, reason stri
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.complete = append(b.complete, fmt.Sprintf("%s=%d/%s", peer, code, reason))
+	if b.onComplete != nil {
+		b.onComplete()
+	}
 	return nil
 }
 
