@@ -136,6 +136,17 @@ func TestHeadAndIdleTimeouts(t *testing.T) {
 		}
 		closedWithin(t, br, bound+5*time.Second)
 	})
+	// The head of a request after the first has headTimeout from its
+	// first byte, however long the idle wait before it may be.
+	t.Run("after idle", func(t *testing.T) {
+		s := serveTuned(t, newBackend(), func(s *Server) { s.headTimeout = bound })
+		c, br := dial(t, s)
+		if resp, _ := ask(t, c, br, "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
+			t.Fatalf("status: %s", resp.Status)
+		}
+		io.WriteString(c, "GET /v1/sta")
+		closedWithin(t, br, bound+5*time.Second)
+	})
 }
 
 // The head is bounded in size, and a head the server cannot read ends the

@@ -532,11 +532,12 @@ func (s *Server) serve(c *net.UnixConn) {
 // from the accept for the first request; idleTimeout bounds the wait for
 // the first byte of the next one.
 func (cn *conn) readHead(first bool) (int, error) {
-	wait := cn.s.headTimeout
-	if cn.n == 0 && !first {
-		wait = cn.s.idleTimeout
+	idle := cn.n == 0 && !first
+	if idle {
+		cn.c.SetReadDeadline(time.Now().Add(cn.s.idleTimeout))
+	} else {
+		cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
 	}
-	cn.c.SetReadDeadline(time.Now().Add(wait))
 	for {
 		if end := http1.HeadEnd(cn.in[:cn.n]); end >= 0 {
 			return end, nil
@@ -545,7 +546,8 @@ func (cn *conn) readHead(first bool) (int, error) {
 			return -1, errTooLarge
 		}
 		m, err := cn.c.Read(cn.in[cn.n:])
-		if m > 0 && cn.n == 0 && wait != cn.s.headTimeout {
+		if m > 0 && idle {
+			idle = false
 			cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
 		}
 		cn.n += m
