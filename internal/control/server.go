@@ -52,7 +52,8 @@ const (
 	readTimeout = 5 * time.Second // the whole request: there is no body to wait for
 	idleTimeout = 30 * time.Second
 	maxHeader   = 8 << 10
-	// writeSlack is what an answer may take beyond its long poll.
+	// writeSlack is what the write of an answer may take once it is
+	// ready, long poll or not: a client that does not read is cut then.
 	writeSlack = 10 * time.Second
 )
 
@@ -558,10 +559,10 @@ func (cn *conn) readHead(first bool) (int, error) {
 }
 
 // answer serves the request r. Meanwhile it reads the connection, so that
-// a client that goes away (a long poll given up) ends the request's
-// context, as the client's end would for a request in progress: gone then
-// reports it. That read takes one byte at most, which stays in in: the
-// clients never pipeline, so it is the start of their next request.
+// a client that goes away (gives up a long poll) ends the request's
+// context, and gone reports it. That read takes one byte at most, which
+// stays in in: the clients never pipeline, so it is the start of their
+// next request.
 func (cn *conn) answer(r *http1.Request) (a answer, gone bool) {
 	ctx, cancel := context.WithCancel(cn.ctx)
 	defer cancel()
