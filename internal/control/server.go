@@ -16,15 +16,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,8 +50,10 @@ func SocketPath(dir string) string { return filepath.Join(dir, SocketDir, Socket
 const (
 	MaxWait     = 5 * time.Minute
 	readTimeout = 5 * time.Second // the whole request: there is no body to wait for
+	idleTimeout = 30 * time.Second
 	maxHeader   = 8 << 10
-	// writeSlack is what an answer may take beyond its long poll.
+	// writeSlack is what the write of an answer may take once it is
+	// ready, long poll or not: a client that does not read is cut then.
 	writeSlack = 10 * time.Second
 )
 
@@ -73,14 +76,26 @@ type Backend interface {
 
 // Server serves the control socket.
 type Server struct {
-	srv    *http.Server
-	ln     net.Listener
+	h      *handler
+	ln     *net.UnixListener
 	path   string
 	dir    int    // the socket's directory, open until Close
 	ino    uint64 // the socket file we bound, the only one Close removes
 	once   sync.Once
-	cancel context.CancelFunc // ends the long polls at Close
+	base   context.Context // every request's, ended at Close
+	cancel context.CancelFunc
 	log    *slog.Logger
+
+	// Bounds on a connection's reads, fields so that tests can shorten
+	// them: headTimeout from a request's first byte (from the accept, for
+	// the first request) to its blank line, idleTimeout between requests.
+	headTimeout, idleTimeout time.Duration
+
+	connMu  sync.Mutex
+	conns   map[*net.UnixConn]bool // the open connections: true while one answers a request
+	closing bool
+	gone    chan struct{} // closed once closing and conns is empty
+	settled bool          // gone is closed
 
 	markMu   sync.Mutex
 	markable bool // no --allowed-uids: every uid may hear readiness
@@ -111,29 +126,24 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 		unix.Close(sd)
 		return nil, err
 	}
-	h := &handler{b: b, allowed: allowed, log: log}
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cancel:   cancel,
-		log:      log,
-		markable: len(allowed) == 0,
-		path:     path,
-		dir:      sd,
-		ino:      ino,
+		h:           &handler{b: b, allowed: allowed, log: log},
+		base:        base,
+		cancel:      cancel,
+		log:         log,
+		markable:    len(allowed) == 0,
+		path:        path,
+		dir:         sd,
+		ino:         ino,
+		ln:          ln,
+		headTimeout: readTimeout,
+		idleTimeout: idleTimeout,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, every request is bounded in time, and a cap
 		// would hide the peer's credentials behind its wrapper.
-		ln: ln,
-		srv: &http.Server{
-			Handler:           h.routes(),
-			ReadHeaderTimeout: readTimeout,
-			ReadTimeout:       readTimeout,
-			IdleTimeout:       30 * time.Second,
-			MaxHeaderBytes:    maxHeader,
-			ConnContext:       withPeer,
-			BaseContext:       func(net.Listener) context.Context { return base },
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		},
+		conns: make(map[*net.UnixConn]bool),
+		gone:  make(chan struct{}),
 	}, nil
 }
 
@@ -306,32 +316,117 @@ func (s *Server) MarkReady(ready bool) {
 	s.marked = ready
 }
 
-// Serve serves until Close.
+// Serve serves until Close, and then returns nil.
 func (s *Server) Serve() error {
-	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("control socket: %w", err)
+	var backoff time.Duration
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			if !transient(err) {
+				return fmt.Errorf("control socket: %w", err)
+			}
+			// Out of descriptors or memory: wait for some to be freed
+			// rather than spin or stop serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("control socket: cannot accept a connection; retrying", "in", backoff, "err", err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		if s.track(c) {
+			go s.serve(c)
+		}
 	}
-	return nil
 }
 
-// Close stops serving and removes the socket file. Answers being written
-// are delivered (the request that ended the job gets its 202) and long polls
-// are ended with their answer, within closeGrace; then what is left is cut.
+// transient reports whether an accept failed for want of a resource that
+// connections ending give back.
+func transient(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
+		errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM)
+}
+
+// Close stops serving and removes the socket file. Long polls are ended
+// with their answer and answers being written are delivered (the request
+// that ended the job gets its 202), within closeGrace; then what is left
+// is cut. Connections between requests are closed at once.
 func (s *Server) Close() error {
 	s.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		err = s.srv.Close()
+	err := s.ln.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // closed before
 	}
-	// Shutdown closes only the listeners Serve ran on; a server that never
-	// served must still release its socket.
-	if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) && err == nil {
-		err = cerr
+	s.connMu.Lock()
+	s.closing = true
+	for c, busy := range s.conns {
+		if !busy {
+			c.Close()
+		}
+	}
+	s.settle()
+	s.connMu.Unlock()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-s.gone:
+	case <-t.C:
+		s.connMu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.connMu.Unlock()
 	}
 	s.unlink()
 	return err
+}
+
+// closeGrace bounds how long Close waits for answers in flight.
+const closeGrace = time.Second
+
+// track adds c to the open connections, or closes it if the server is
+// closing.
+func (s *Server) track(c *net.UnixConn) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.closing {
+		c.Close()
+		return false
+	}
+	s.conns[c] = false
+	return true
+}
+
+// busy marks c as answering a request, or as between requests. It reports
+// false when the server is closing: then the connection must end (Close
+// has closed it already if it was between requests).
+func (s *Server) busy(c *net.UnixConn, busy bool) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.conns[c] = busy
+	return true
+}
+
+// forget closes c and drops it from the open connections.
+func (s *Server) forget(c *net.UnixConn) {
+	c.Close()
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	delete(s.conns, c)
+	s.settle()
+}
+
+// settle tells Close that the last connection has ended. connMu is held.
+func (s *Server) settle() {
+	if s.closing && len(s.conns) == 0 && !s.settled {
+		s.settled = true
+		close(s.gone)
+	}
 }
 
 // unlink removes the socket file if it is still the one we bound, and
@@ -349,9 +444,6 @@ func (s *Server) unlink() {
 	})
 }
 
-// closeGrace bounds how long Close waits for answers in flight.
-const closeGrace = time.Second
-
 type peerKey struct{}
 
 // CallerUID is the uid of the process that made the request, from the
@@ -360,20 +452,6 @@ type peerKey struct{}
 func CallerUID(ctx context.Context) (uid uint32, ok bool) {
 	uid, ok = ctx.Value(peerKey{}).(uint32)
 	return uid, ok
-}
-
-// withPeer records the connecting process's uid, from the kernel rather than
-// from anything the client says.
-func withPeer(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return ctx
-	}
-	cred, err := peerCred(uc)
-	if err != nil {
-		return ctx
-	}
-	return context.WithValue(ctx, peerKey{}, cred.Uid)
 }
 
 // peerCred is the kernel's record of the process at the other end: the
@@ -394,130 +472,267 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 	return cred, err
 }
 
+// conn is one connection of the socket, served by one goroutine.
+type conn struct {
+	s   *Server
+	c   *net.UnixConn
+	ctx context.Context // the server's, with the peer's uid
+	in  []byte          // the request head being read
+	n   int             // bytes of in read and not yet answered
+	out []byte          // the answer being written
+}
+
+// errTooLarge is a request head that does not fit maxHeader.
+var errTooLarge = errors.New("request head too large")
+
+// serve answers the requests of one connection in turn, until the client
+// closes it or asks to, errs or times out, or the server closes.
+func (s *Server) serve(c *net.UnixConn) {
+	defer s.forget(c)
+	defer func() {
+		// As net/http did: a bug in answering one request must not take the
+		// proxy's supervisor down.
+		if v := recover(); v != nil {
+			s.log.Error("control socket: panic serving a request", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	cn := &conn{s: s, c: c, ctx: s.base, in: make([]byte, maxHeader)}
+	// The uid is read once: it is the process that connected, whatever it
+	// sends later.
+	if cred, err := peerCred(c); err == nil {
+		cn.ctx = context.WithValue(cn.ctx, peerKey{}, cred.Uid)
+	}
+	for first := true; ; first = false {
+		end, err := cn.readHead(first)
+		if errors.Is(err, errTooLarge) {
+			cn.write(fail(431, "request head larger than %d bytes", maxHeader), true)
+			return
+		}
+		if err != nil {
+			return
+		}
+		req, ok := http1.ParseRequest(cn.in[:end])
+		if !ok {
+			cn.write(fail(400, "malformed request head"), true)
+			return
+		}
+		if !s.busy(c, true) {
+			return
+		}
+		a, gone := cn.answer(&req)
+		cn.n = copy(cn.in, cn.in[end:cn.n]) // a byte of the next request, at most
+		last := gone || a.close || req.Close
+		if !cn.write(a, last) || last || !s.busy(c, false) {
+			return
+		}
+	}
+}
+
+// readHead reads until in holds a whole request head, and returns its
+// length. The head must arrive within headTimeout from its first byte, or
+// from the accept for the first request; idleTimeout bounds the wait for
+// the first byte of the next one.
+func (cn *conn) readHead(first bool) (int, error) {
+	idle := cn.n == 0 && !first
+	if idle {
+		cn.c.SetReadDeadline(time.Now().Add(cn.s.idleTimeout))
+	} else {
+		cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
+	}
+	for {
+		if end := http1.HeadEnd(cn.in[:cn.n]); end >= 0 {
+			return end, nil
+		}
+		if cn.n == len(cn.in) {
+			return -1, errTooLarge
+		}
+		m, err := cn.c.Read(cn.in[cn.n:])
+		if m > 0 && idle {
+			idle = false
+			cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
+		}
+		cn.n += m
+		if err != nil && m == 0 {
+			return -1, err
+		}
+	}
+}
+
+// answer serves the request r. Meanwhile it reads the connection, so that
+// a client that goes away (gives up a long poll) ends the request's
+// context, and gone reports it. That read takes one byte at most, which
+// stays in in: the clients never pipeline, so it is the start of their
+// next request.
+func (cn *conn) answer(r *http1.Request) (a answer, gone bool) {
+	ctx, cancel := context.WithCancel(cn.ctx)
+	defer cancel()
+	cn.c.SetReadDeadline(time.Time{})
+	next := cn.in[cn.n:min(cn.n+1, len(cn.in))]
+	type result struct {
+		n   int
+		err error
+	}
+	read := make(chan result, 1)
+	go func() {
+		n, err := cn.c.Read(next)
+		if err != nil {
+			cancel()
+		}
+		read <- result{n, err}
+	}()
+	a = cn.s.h.handle(ctx, r)
+	cn.c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
+	res := <-read
+	cn.n += res.n
+	return a, res.err != nil && !errors.Is(res.err, os.ErrDeadlineExceeded)
+}
+
+// write sends the answer a, asking the client to close the connection
+// after it when end is set. A client that does not read it has writeSlack.
+func (cn *conn) write(a answer, end bool) bool {
+	body, err := json.Marshal(a.body)
+	if err != nil {
+		a = fail(500, "encode the answer: %v", err)
+		body, _ = json.Marshal(a.body)
+	}
+	extra := ""
+	if a.allow != "" {
+		extra = "Allow: " + a.allow + "\r\n"
+	}
+	cn.out = http1.AppendHead(cn.out[:0], a.code, "application/json", len(body)+1, extra, end)
+	cn.out = append(append(cn.out, body...), '\n')
+	cn.c.SetWriteDeadline(time.Now().Add(writeSlack))
+	_, err = cn.c.Write(cn.out)
+	return err == nil
+}
+
 type handler struct {
 	b       Backend
 	allowed []uint32
 	log     *slog.Logger
 }
 
-func (h *handler) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/ready", h.ready)
-	mux.HandleFunc("POST /v1/complete", h.complete)
-	mux.HandleFunc("POST /v1/drain", h.drain)
-	mux.HandleFunc("GET /v1/status", h.status)
-	return h.guard(mux)
+// answer is what a request gets: a status and a value to send as JSON.
+type answer struct {
+	code  int
+	body  any
+	allow string // the Allow header of a 405
+	close bool   // the connection ends after it
 }
 
-// guard applies what every request owes: an allowed uid, a small body, known
-// query parameters, and the right method (the mux's own 405 is plain text).
-func (h *handler) guard(next http.Handler) http.Handler {
-	methods := map[string]string{"/v1/ready": "GET", "/v1/complete": "POST", "/v1/drain": "POST", "/v1/status": "GET"}
-	params := map[string][]string{
-		"/v1/ready":    {"wait"},
-		"/v1/complete": {"exit_code", "peer", "reason"},
-		"/v1/drain":    {"wait"},
-		"/v1/status":   nil,
+func reply(code int, v any) answer { return answer{code: code, body: v} }
+
+func fail(code int, format string, args ...any) answer {
+	return reply(code, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// endpoint is one path of the socket: its method, the query parameters it
+// takes, and what answers it.
+type endpoint struct {
+	method string
+	params []string
+	serve  func(h *handler, ctx context.Context, q url.Values) answer
+}
+
+func lookup(path string) (endpoint, bool) {
+	switch path {
+	case "/v1/ready":
+		return endpoint{"GET", []string{"wait"}, (*handler).ready}, true
+	case "/v1/complete":
+		return endpoint{"POST", []string{"exit_code", "peer", "reason"}, (*handler).complete}, true
+	case "/v1/drain":
+		return endpoint{"POST", []string{"wait"}, (*handler).drain}, true
+	case "/v1/status":
+		return endpoint{"GET", nil, (*handler).status}, true
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(h.allowed) > 0 {
-			uid, ok := r.Context().Value(peerKey{}).(uint32)
-			if !ok || !slices.Contains(h.allowed, uid) {
-				h.log.Warn("control socket: refused a client", "uid", uid, "path", r.URL.Path)
-				fail(w, http.StatusForbidden, "uid %d is not in --allowed-uids", uid)
-				return
-			}
-		}
-		// Everything is in the query. A body would only be something for a
-		// slow client to trickle, so none is accepted.
-		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-			w.Header().Set("Connection", "close")
-			fail(w, http.StatusBadRequest, "requests take no body; parameters go in the query")
-			return
-		}
-		m, ok := methods[r.URL.Path]
-		if !ok {
-			fail(w, http.StatusNotFound, "no such endpoint: %s", r.URL.Path)
-			return
-		}
-		if r.Method != m {
-			w.Header().Set("Allow", m)
-			fail(w, http.StatusMethodNotAllowed, "%s needs %s, not %s", r.URL.Path, m, r.Method)
-			return
-		}
-		q, err := url.ParseQuery(r.URL.RawQuery)
-		if err != nil {
-			fail(w, http.StatusBadRequest, "%v", err)
-			return
-		}
-		for k := range q {
-			if !slices.Contains(params[r.URL.Path], k) {
-				fail(w, http.StatusBadRequest, "unknown parameter %q", k)
-				return
-			}
-		}
-		// No server-wide write timeout fits long polls, so each answer
-		// gets its own: its wait (capped) plus slack. A drain without a
-		// wait is bounded by the supervisor's --drain-timeout.
-		wait := MaxWait
-		if d, err := waitParam(r); err == nil && d > 0 {
-			wait = d
-		}
-		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + writeSlack))
-		next.ServeHTTP(w, r)
-	})
+	return endpoint{}, false
 }
 
-func (h *handler) ready(w http.ResponseWriter, r *http.Request) {
-	wait, err := waitParam(r)
+// handle answers r, once it has what every request owes: an allowed uid,
+// no body, a known path, the right method and known query parameters.
+func (h *handler) handle(ctx context.Context, r *http1.Request) answer {
+	if len(h.allowed) > 0 {
+		uid, ok := CallerUID(ctx)
+		if !ok || !slices.Contains(h.allowed, uid) {
+			h.log.Warn("control socket: refused a client", "uid", uid, "path", string(r.Path))
+			return fail(403, "uid %d is not in --allowed-uids", uid)
+		}
+	}
+	// Everything is in the query. A body would only be something for a
+	// slow client to trickle, so none is accepted, and the connection,
+	// whose next bytes would be that body, ends.
+	if r.Body {
+		a := fail(400, "requests take no body; parameters go in the query")
+		a.close = true
+		return a
+	}
+	path, err := url.PathUnescape(string(r.Path))
 	if err != nil {
-		fail(w, http.StatusBadRequest, "%v", err)
-		return
+		return fail(400, "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	ep, ok := lookup(path)
+	if !ok {
+		return fail(404, "no such endpoint: %s", path)
+	}
+	if string(r.Method) != ep.method {
+		a := fail(405, "%s needs %s, not %s", path, ep.method, r.Method)
+		a.allow = ep.method
+		return a
+	}
+	q, err := url.ParseQuery(string(r.Query))
+	if err != nil {
+		return fail(400, "%v", err)
+	}
+	for k := range q {
+		if !slices.Contains(ep.params, k) {
+			return fail(400, "unknown parameter %q", k)
+		}
+	}
+	return ep.serve(h, ctx, q)
+}
+
+func (h *handler) ready(ctx context.Context, q url.Values) answer {
+	wait, err := waitParam(q)
+	if err != nil {
+		return fail(400, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if ok, why := h.b.WaitReady(ctx); !ok {
-		reply(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": why})
-		return
+		return reply(503, map[string]any{"ready": false, "reason": why})
 	}
-	reply(w, http.StatusOK, map[string]any{"ready": true})
+	return reply(200, map[string]any{"ready": true})
 }
 
-func (h *handler) complete(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+func (h *handler) complete(ctx context.Context, q url.Values) answer {
 	raw := q.Get("exit_code")
 	if raw == "" {
-		fail(w, http.StatusBadRequest, "exit_code is required")
-		return
+		return fail(400, "exit_code is required")
 	}
 	code, err := strconv.Atoi(raw)
 	if err != nil || code < 0 || code > 255 {
-		fail(w, http.StatusBadRequest, "exit_code %q: want an integer from 0 to 255", raw)
-		return
+		return fail(400, "exit_code %q: want an integer from 0 to 255", raw)
 	}
 	peer := q.Get("peer")
 	if peer == "" {
 		peer = DefaultPeer
 	}
-	if err := h.b.Complete(r.Context(), peer, code, q.Get("reason")); err != nil {
-		status := http.StatusBadRequest
+	if err := h.b.Complete(ctx, peer, code, q.Get("reason")); err != nil {
+		status := 400
 		var f interface{ Forbidden() bool }
 		if errors.As(err, &f) && f.Forbidden() {
-			status = http.StatusForbidden
+			status = 403
 		}
-		fail(w, status, "%v", err)
-		return
+		return fail(status, "%v", err)
 	}
-	reply(w, http.StatusAccepted, map[string]any{"recorded": true, "peer": peer, "exit_code": code})
+	return reply(202, map[string]any{"recorded": true, "peer": peer, "exit_code": code})
 }
 
-func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	if r.URL.Query().Has("wait") {
-		wait, err := waitParam(r)
+func (h *handler) drain(ctx context.Context, q url.Values) answer {
+	if q.Has("wait") {
+		wait, err := waitParam(q)
 		if err != nil {
-			fail(w, http.StatusBadRequest, "%v", err)
-			return
+			return fail(400, "%v", err)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
@@ -525,21 +740,20 @@ func (h *handler) drain(w http.ResponseWriter, r *http.Request) {
 	}
 	ok, why := h.b.Drain(ctx)
 	if !ok {
-		reply(w, http.StatusGatewayTimeout, map[string]any{"drained": false, "reason": why})
-		return
+		return reply(504, map[string]any{"drained": false, "reason": why})
 	}
-	reply(w, http.StatusOK, map[string]any{"drained": true, "reason": why})
+	return reply(200, map[string]any{"drained": true, "reason": why})
 }
 
-func (h *handler) status(w http.ResponseWriter, r *http.Request) {
-	reply(w, http.StatusOK, h.b.Status())
+func (h *handler) status(context.Context, url.Values) answer {
+	return reply(200, h.b.Status())
 }
 
 // DefaultPeer is the peer name when none is given.
 const DefaultPeer = "app"
 
-func waitParam(r *http.Request) (time.Duration, error) {
-	raw := r.URL.Query().Get("wait")
+func waitParam(q url.Values) (time.Duration, error) {
+	raw := q.Get("wait")
 	if raw == "" {
 		return 0, nil
 	}
@@ -548,14 +762,4 @@ func waitParam(r *http.Request) (time.Duration, error) {
 		return 0, fmt.Errorf("wait %q: want a duration such as 30s", raw)
 	}
 	return min(d, MaxWait), nil
-}
-
-func reply(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-}
-
-func fail(w http.ResponseWriter, code int, format string, args ...any) {
-	reply(w, code, map[string]string{"error": fmt.Sprintf(format, args...)})
 }
