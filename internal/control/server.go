@@ -318,35 +318,20 @@ func (s *Server) MarkReady(ready bool) {
 
 // Serve serves until Close, and then returns nil.
 func (s *Server) Serve() error {
-	var backoff time.Duration
 	for {
-		c, err := s.ln.AcceptUnix()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			if !transient(err) {
-				return fmt.Errorf("control socket: %w", err)
-			}
-			// Out of descriptors or memory: wait for some to be freed
-			// rather than spin or stop serving.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("control socket: cannot accept a connection; retrying", "in", backoff, "err", err)
-			time.Sleep(backoff)
-			continue
+		c, err := http1.Accept(s.ln, func(err error, wait time.Duration) {
+			s.log.Warn("control socket: cannot accept a connection; retrying", "in", wait, "err", err)
+		})
+		if errors.Is(err, net.ErrClosed) {
+			return nil
 		}
-		backoff = 0
-		if s.track(c) {
-			go s.serve(c)
+		if err != nil {
+			return fmt.Errorf("control socket: %w", err)
+		}
+		if uc := c.(*net.UnixConn); s.track(uc) {
+			go s.serve(uc)
 		}
 	}
-}
-
-// transient reports whether an accept failed for want of a resource that
-// connections ending give back.
-func transient(err error) bool {
-	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
-		errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM)
 }
 
 // Close stops serving and removes the socket file. Long polls are ended

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
@@ -89,23 +88,14 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Serve serves until Close.
 func (s *Server) Serve() error {
-	var backoff time.Duration
 	for {
-		c, err := s.ln.Accept()
+		c, err := http1.Accept(s.ln, nil)
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-				// Out of descriptors (EMFILE): wait for some to be
-				// freed rather than spin or stop serving probes.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
 			return fmt.Errorf("health server: %w", err)
 		}
-		backoff = 0
 		go s.serve(c)
 	}
 }
