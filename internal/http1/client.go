@@ -60,8 +60,10 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
-	for tries := 0; ; tries++ {
-		cn, kept, err := c.get(ctx)
+	// The resend dials: a server that closes its idle connections closes
+	// every one, so the other kept one is no better.
+	for fresh := false; ; fresh = true {
+		cn, kept, err := c.get(ctx, fresh)
 		if err != nil {
 			return Response{}, err
 		}
@@ -71,13 +73,26 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 			return resp, nil
 		}
 		cn.Close()
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
 			return Response{}, fmt.Errorf("%w (%v)", cerr, err)
 		}
-		if !kept || started || tries > 0 {
+		if !kept || started {
 			return Response{}, err
 		}
 	}
+}
+
+// ctxErr is ctx.Err(), and DeadlineExceeded once ctx's deadline has passed:
+// the connection's deadline, set to ctx's, may fire before ctx's own timer,
+// and a caller tells a request cut by its deadline by ctx's error.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // CloseIdle closes the connections kept for reuse.
@@ -91,10 +106,10 @@ func (c *Client) CloseIdle() {
 	}
 }
 
-// get returns a kept connection, or a new one; kept says which.
-func (c *Client) get(ctx context.Context) (*conn, bool, error) {
+// get returns a kept connection unless fresh, or a new one; kept says which.
+func (c *Client) get(ctx context.Context, fresh bool) (*conn, bool, error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); n > 0 && !fresh {
 		cn := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
