@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
 )
 
@@ -76,24 +76,30 @@ func supervisorUIDs(f *flags) *uidList {
 	return &u
 }
 
+// readinessEndpoint is what --url and --extra-ready-url name.
+const readinessEndpoint = "a local proxy's readiness endpoint, such as pilot-agent's http://127.0.0.1:15020/healthz/ready"
+
 // waitURL polls an HTTP readiness URL, for a proxy that is not ours.
 func waitURL(url string, timeout time.Duration) (bool, string) {
 	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	r, err := envoy.NewReadyURL(url)
+	if err != nil {
+		return false, err.Error()
+	}
 	why := "no answer"
-	for time.Now().Before(deadline) {
-		resp, err := client.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return true, ""
-			}
-			why = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(body))
-		} else {
-			why = err.Error()
+	for ctx.Err() == nil {
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		why = r.Check(rctx)
+		rcancel()
+		if why == "" {
+			return true, ""
 		}
-		time.Sleep(min(retryEvery*5, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(retryEvery * 5):
+		}
 	}
 	return false, why
 }
@@ -103,8 +109,8 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		"Exits 0 once the proxy is ready, or non-zero at the timeout. Fits a postStart hook and an app's start script.")
 	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
-	url := &httpURL{schemes: []string{"http", "https"}}
-	f.fs.Var(url, "url", "an HTTP readiness `URL` to poll instead of the control socket (a proxy that is not ours)")
+	url := &httpURL{what: readinessEndpoint}
+	f.fs.Var(url, "url", "an http:// readiness `URL` to poll instead of the control socket (a proxy that is not ours); plain HTTP only")
 	trust := supervisorUIDs(f)
 	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {

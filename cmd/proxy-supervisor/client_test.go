@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,5 +79,27 @@ func TestRefusedClientExitsAtOnce(t *testing.T) {
 				t.Fatal("exec ran its command")
 			}
 		})
+	}
+}
+
+// wait --url polls until the URL answers 200, and says the last answer when
+// it gives up; a redirect is that answer, not followed.
+func TestWaitURL(t *testing.T) {
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "/ready", http.StatusFound)
+		case polls.Add(1) < 3:
+			http.Error(w, "not ready: DNS", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	if code, stderr := runFor(t, []string{"wait", "--timeout", "10s", "--url", srv.URL + "/ready"}, nil); code != 0 || polls.Load() != 3 {
+		t.Fatalf("exit %d after %d polls, want 0 after 3; stderr:\n%s", code, polls.Load(), stderr)
+	}
+	code, stderr := runFor(t, []string{"wait", "--timeout", "300ms", "--url", srv.URL + "/moved"}, nil)
+	if code != 1 || !strings.Contains(stderr, "answered 302") {
+		t.Fatalf("a redirect: exit %d, want 1 with the 302; stderr:\n%s", code, stderr)
 	}
 }

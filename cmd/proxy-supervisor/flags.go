@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -302,11 +301,13 @@ func (a *listenAddr) Set(v string) error {
 	return nil
 }
 
-// httpURL is the base URL of an HTTP server: http (or one of schemes), a
-// host, and a port from 1 to 65535 if one is given.
+// httpURL is the URL of a local plain-HTTP server: http, a host, and a
+// port from 1 to 65535 if one is given. what names the server, for the
+// error that refuses https: the binary carries no TLS, since every server
+// it asks is in the pod and none speaks it.
 type httpURL struct {
-	val     string
-	schemes []string
+	val  string
+	what string
 }
 
 func (u *httpURL) String() string { return u.val }
@@ -317,12 +318,12 @@ func (u *httpURL) Set(v string) error {
 		return errors.New("not a URL")
 	}
 	switch {
-	case !slices.Contains(u.schemes, p.Scheme):
-		return fmt.Errorf("want %s://HOST:PORT", strings.Join(u.schemes, "|"))
+	case p.Scheme == "https":
+		return fmt.Errorf("https is not supported: the URL is %s, which is plain HTTP", u.what)
+	case p.Scheme != "http" || p.Opaque != "":
+		return errors.New("want http://HOST:PORT")
 	case p.User != nil:
 		return errors.New("credentials in the URL are not supported")
-	case p.Opaque != "":
-		return fmt.Errorf("want %s://HOST:PORT", p.Scheme)
 	}
 	if err := checkHost(p.Hostname(), false); err != nil {
 		return err

@@ -267,6 +267,8 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"wait control dir too long", []string{"wait", "--timeout", "1s", "--control-dir", long}, nil, "--control-dir"},
 		{"wait url port too big", []string{"wait", "--timeout", "1s", "--url", "http://127.0.0.1:99999/ready"}, nil, "--url"},
 		{"wait url scheme", []string{"wait", "--timeout", "1s", "--url", "ftp://127.0.0.1/ready"}, nil, "--url"},
+		{"wait url https", []string{"wait", "--timeout", "1s", "--url", "https://127.0.0.1:15020/healthz/ready"}, nil, "--url"},
+		{"extra ready url https", sup("--extra-ready-url", "https://127.0.0.1:15020/healthz/ready"), nil, "--extra-ready-url"},
 		{"exec control dir too long", []string{"exec", "--timeout", "1s", "--control-dir", long, "--", "true"}, nil, "--control-dir"},
 		{"complete timeout zero", []string{"complete", "--control-dir", t.TempDir(), "--timeout", "0s"}, nil, "--timeout"},
 		{"prestop control dir too long", []string{"prestop", "--timeout", "1s", "--control-dir", long}, nil, "--control-dir"},
@@ -283,6 +285,22 @@ func TestBadFlagValuesExit2(t *testing.T) {
 	}
 }
 
+// The supervisor and its clients speak plain HTTP only (no TLS in the
+// binary): an https URL is refused with the flags, on one line that says
+// why, rather than found out as a wait that never ends.
+func TestHTTPSRefusedWithWhy(t *testing.T) {
+	for _, args := range [][]string{
+		{"wait", "--timeout", "1s", "--url", "https://127.0.0.1:15020/healthz/ready"},
+		{"supervise", "--control-dir", t.TempDir(), "--extra-ready-url", "https://127.0.0.1:15020/healthz/ready", "--", "/nonexistent/proxy"},
+		{"supervise", "--control-dir", t.TempDir(), "--admin-url", "https://127.0.0.1:15000", "--", "/nonexistent/proxy"},
+	} {
+		code, stderr := runFor(t, args, nil)
+		if code != 2 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "https is not supported") || !strings.Contains(stderr, "plain HTTP") {
+			t.Errorf("%v: exit %d, want 2 with one line saying why https is refused; stderr:\n%s", args, code, stderr)
+		}
+	}
+}
+
 func TestGoodAddressesAccepted(t *testing.T) {
 	for _, v := range []string{"", ":15022", "0.0.0.0:15022", "127.0.0.1:1", "[::]:65535", "[::1]:15022", "localhost:15022", "pod.ns.svc:15022"} {
 		var a listenAddr
@@ -291,7 +309,7 @@ func TestGoodAddressesAccepted(t *testing.T) {
 		}
 	}
 	for _, v := range []string{"http://127.0.0.1:15000", "http://localhost:15000/", "http://[::1]:15000", "http://envoy"} {
-		u := httpURL{schemes: []string{"http"}}
+		u := httpURL{}
 		if err := u.Set(v); err != nil || u.String() != v {
 			t.Errorf("URL %q refused: %v", v, err)
 		}
@@ -335,7 +353,7 @@ func FuzzAddressAndCodeFlags(f *testing.F) {
 				t.Fatalf("address %q accepted", addr)
 			}
 		}
-		u := httpURL{schemes: []string{"http"}}
+		u := httpURL{}
 		if u.Set(rawURL) == nil {
 			admin, err := envoy.NewAdmin(rawURL)
 			if err != nil || admin.Port() == 0 {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -16,13 +14,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 )
 
-// Client speaks to the control socket in a control directory.
+// Client speaks to the control socket in a control directory. Its requests
+// share a kept connection while the supervisor keeps it open: exec's
+// completion goes over the connection that asked for readiness.
 type Client struct {
 	path    string
 	trusted []uint32 // uids that may serve the socket
-	http    *http.Client
+	http    *http1.Client
 }
 
 // IstioProxyUID is the uid Istio reserves for its proxy, and so for the
@@ -41,14 +43,17 @@ func NewClient(dir string, supervisorUIDs ...uint32) *Client {
 	return &Client{
 		path:    path,
 		trusted: trusted,
-		http: &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return dialTrusted(ctx, path, trusted)
-			},
-			DisableCompression: true,
-		}},
+		http: &http1.Client{
+			Dial:    func(ctx context.Context) (net.Conn, error) { return dialTrusted(ctx, path, trusted) },
+			Host:    "control",
+			MaxBody: maxAnswer,
+		},
 	}
 }
+
+// maxAnswer bounds an answer of the supervisor's; its largest, /v1/status,
+// is a few kilobytes.
+const maxAnswer = 1 << 20
 
 // UntrustedError is a socket served by a uid that is not trusted to be the
 // supervisor's.
@@ -108,41 +113,33 @@ type APIError struct {
 func (e *APIError) Error() string { return e.Msg }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) (int, error) {
-	u := url.URL{Scheme: "http", Host: "control", Path: path, RawQuery: q.Encode()}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
-	if err != nil {
-		return 0, err
+	target := path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
 	}
 	// Every request of this API may be sent twice (a completion recorded
-	// again, a drain joined), so the transport may send a POST again on a
-	// fresh connection when the server closed an idle one under it, as it
-	// does a GET: exec reports over the connection that asked for readiness.
-	req.Header.Set("Idempotency-Key", "v1")
-	resp, err := c.http.Do(req)
+	// again, a drain joined), which the client's one resend on a fresh
+	// connection, when the server closed a kept one under it, needs.
+	resp, err := c.http.Do(ctx, method, target)
 	if u := (*UntrustedError)(nil); errors.As(err, &u) {
-		return 0, u // it says all; the request's URL would only hide it
+		return 0, u // it says all
 	}
 	if err != nil {
-		return 0, fmt.Errorf("control socket %s: %w", c.path, err)
+		return 0, fmt.Errorf("control socket %s: %s: %w", c.path, path, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, fmt.Errorf("control socket %s: %w", c.path, err)
-	}
-	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+	if resp.Code >= 400 && resp.Code < 500 {
 		var e struct{ Error string }
-		if json.Unmarshal(body, &e) != nil || e.Error == "" {
-			e.Error = resp.Status
+		if json.Unmarshal(resp.Body, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("%d %s", resp.Code, resp.Status)
 		}
-		return resp.StatusCode, &APIError{resp.StatusCode, e.Error}
+		return resp.Code, &APIError{resp.Code, e.Error}
 	}
 	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("control socket %s: %s: %w", c.path, path, err)
+		if err := json.Unmarshal(resp.Body, out); err != nil {
+			return resp.Code, fmt.Errorf("control socket %s: %s: %w", c.path, path, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.Code, nil
 }
 
 // Ready long-polls GET /v1/ready for up to wait. It returns false with the
@@ -167,11 +164,11 @@ func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, e
 		Ready  bool
 		Reason string
 	}
-	code, err := c.do(ctx, http.MethodGet, "/v1/ready", url.Values{"wait": {wait.String()}}, &out)
+	code, err := c.do(ctx, "GET", "/v1/ready", url.Values{"wait": {wait.String()}}, &out)
 	if err != nil {
 		return false, "", err
 	}
-	if code != http.StatusOK && code != http.StatusServiceUnavailable {
+	if code != 200 && code != 503 {
 		return false, "", fmt.Errorf("control socket: /v1/ready answered %d", code)
 	}
 	return out.Ready, out.Reason, nil
@@ -192,8 +189,8 @@ func (c *Client) Complete(ctx context.Context, peer string, code int, reason str
 	if reason != "" {
 		q.Set("reason", reason)
 	}
-	status, err := c.do(ctx, http.MethodPost, "/v1/complete", q, nil)
-	if err == nil && status != http.StatusAccepted {
+	status, err := c.do(ctx, "POST", "/v1/complete", q, nil)
+	if err == nil && status != 202 {
 		err = fmt.Errorf("control socket: /v1/complete answered %d", status)
 	}
 	return err
@@ -206,11 +203,11 @@ func (c *Client) Drain(ctx context.Context, wait time.Duration) (bool, string, e
 		Drained bool
 		Reason  string
 	}
-	code, err := c.do(ctx, http.MethodPost, "/v1/drain", url.Values{"wait": {wait.String()}}, &out)
+	code, err := c.do(ctx, "POST", "/v1/drain", url.Values{"wait": {wait.String()}}, &out)
 	if err != nil {
 		return false, "", err
 	}
-	if code != http.StatusOK && code != http.StatusGatewayTimeout {
+	if code != 200 && code != 504 {
 		return false, "", fmt.Errorf("control socket: /v1/drain answered %d", code)
 	}
 	return out.Drained, out.Reason, nil
@@ -219,6 +216,6 @@ func (c *Client) Drain(ctx context.Context, wait time.Duration) (bool, string, e
 // Status returns the supervisor's state as raw JSON.
 func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
 	var out json.RawMessage
-	_, err := c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
+	_, err := c.do(ctx, "GET", "/v1/status", nil, &out)
 	return out, err
 }

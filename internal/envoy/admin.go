@@ -14,10 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -27,50 +25,44 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 )
 
 // Admin is a client of Envoy's admin API. Every call is bounded by its
 // context and by Timeout: Envoy binds the admin port before its event loop
 // runs, so a connection can succeed and then hang.
 type Admin struct {
-	base    *url.URL
-	client  *http.Client
+	addr    string // HOST:PORT
+	client  *http1.Client
 	Timeout time.Duration
 }
 
-// maxBody bounds what is read from an admin answer; /stats with a filter and
-// /listeners are a few kilobytes even for a large mesh config.
+// maxBody bounds an admin answer; /stats with a filter and /listeners are a
+// few kilobytes even for a large mesh config. A longer answer is an error:
+// a cut-off /stats would read as missing lines, that is as zero
+// connections, and no answer is better than a wrong one.
 const maxBody = 4 << 20
 
 // NewAdmin returns a client for the admin API at rawURL, such as
-// http://127.0.0.1:15000.
+// http://127.0.0.1:15000 (port 80 when none is given). Its path, if any, is
+// not used.
 func NewAdmin(rawURL string) (*Admin, error) {
-	u, err := url.Parse(rawURL)
+	u, err := http1.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("admin URL %q: %w", rawURL, err)
-	}
-	if u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("admin URL %q: want http://HOST:PORT", rawURL)
-	}
-	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), "80")
+		return nil, fmt.Errorf("admin URL: %w", err)
 	}
 	return &Admin{
-		base: u,
-		client: &http.Client{Transport: &http.Transport{
-			Proxy:               nil, // the admin API is local; never route it through HTTP_PROXY
-			DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     30 * time.Second,
-			DisableCompression:  true,
-		}},
+		addr:    u.Addr,
+		client:  &http1.Client{Dial: http1.TCP(u.Addr, time.Second), Host: u.Host, MaxBody: maxBody},
 		Timeout: 2 * time.Second,
 	}, nil
 }
 
 // Port is the admin API's port; its listener is the proxy's, not the app's.
 func (a *Admin) Port() uint16 {
-	p, _ := strconv.ParseUint(a.base.Port(), 10, 16)
+	_, port, _ := net.SplitHostPort(a.addr)
+	p, _ := strconv.ParseUint(port, 10, 16)
 	return uint16(p)
 }
 
@@ -90,31 +82,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("admin %s: %d %s", e.Path, e.Code, strings.TrimSpace(e.Body))
 }
 
-func (a *Admin) do(ctx context.Context, method, path string, query url.Values) (int, []byte, error) {
+func (a *Admin) do(ctx context.Context, method, path string, query url.Values) (http1.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
-	u := *a.base
-	u.Path = path
-	u.RawQuery = encodeFlags(query)
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	target := path
+	if len(query) > 0 {
+		target += "?" + encodeFlags(query)
+	}
+	resp, err := a.client.Do(ctx, method, target)
 	if err != nil {
-		return 0, nil, err
+		return http1.Response{}, fmt.Errorf("admin %s: %w", path, err)
 	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("admin %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		return 0, nil, fmt.Errorf("admin %s: read answer: %w", path, err)
-	}
-	if len(body) > maxBody {
-		// A cut-off /stats would read as missing lines, that is as zero
-		// connections; better no answer than a wrong one.
-		return 0, nil, fmt.Errorf("admin %s: answer larger than %d bytes", path, maxBody)
-	}
-	return resp.StatusCode, body, nil
+	return resp, nil
 }
 
 // encodeFlags writes empty values as bare keys (usedonly, graceful), because
@@ -135,15 +114,16 @@ func encodeFlags(q url.Values) string {
 
 // Bound reports whether anything accepts connections on the admin port.
 // While a starting proxy leaves the port unbound, the tracker asks a hundred
-// times a second, and an HTTP request that is refused leaves 5.6 kB of
-// garbage each time (the supervisor's idle RSS doubled); a bare connect on a
-// loopback address leaves none. Other hosts take the ordinary dialer.
+// times a second, and an HTTP request that is refused leaves 2.4 kB of
+// garbage each time (net/http's 5.6 kB doubled the supervisor's idle RSS);
+// a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
+// BenchmarkBoundRefused). Other hosts take the ordinary dialer.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
-	if ap, err := netip.ParseAddrPort(a.base.Host); err == nil && ap.Addr().IsLoopback() {
+	if ap, err := netip.ParseAddrPort(a.addr); err == nil && ap.Addr().IsLoopback() {
 		return connects(ctx, ap)
 	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", a.base.Host)
+	c, err := d.DialContext(ctx, "tcp", a.addr)
 	if err != nil {
 		if Refused(err) {
 			return false, nil
@@ -226,18 +206,18 @@ func waitConnected(ctx context.Context, fd int) error {
 // ServerState asks GET /ready. It returns Envoy's state name (LIVE,
 // PRE_INITIALIZING, INITIALIZING or DRAINING) and whether Envoy said ready.
 func (a *Admin) ServerState(ctx context.Context) (state string, ready bool, err error) {
-	code, body, err := a.do(ctx, http.MethodGet, "/ready", nil)
+	resp, err := a.do(ctx, "GET", "/ready", nil)
 	if err != nil {
 		return "", false, err
 	}
-	state = strings.TrimSpace(string(body))
-	switch code {
-	case http.StatusOK:
+	state = strings.TrimSpace(string(resp.Body))
+	switch resp.Code {
+	case 200:
 		return state, state == "LIVE", nil
-	case http.StatusServiceUnavailable:
+	case 503:
 		return state, false, nil
 	}
-	return "", false, &StatusError{"/ready", code, string(body)}
+	return "", false, &StatusError{"/ready", resp.Code, string(resp.Body)}
 }
 
 // Post calls a mutating endpoint, such as /quitquitquit or /drain_listeners,
@@ -247,12 +227,12 @@ func (a *Admin) Post(ctx context.Context, path string, flags ...string) error {
 	for _, f := range flags {
 		q.Add(f, "")
 	}
-	code, body, err := a.do(ctx, http.MethodPost, path, q)
+	resp, err := a.do(ctx, "POST", path, q)
 	if err != nil {
 		return err
 	}
-	if code != http.StatusOK {
-		return &StatusError{path, code, string(body)}
+	if resp.Code != 200 {
+		return &StatusError{path, resp.Code, string(resp.Body)}
 	}
 	return nil
 }
@@ -265,14 +245,14 @@ func (a *Admin) Stats(ctx context.Context, filter string) (map[string]uint64, er
 	if filter != "" {
 		q.Set("filter", filter)
 	}
-	code, body, err := a.do(ctx, http.MethodGet, "/stats", q)
+	resp, err := a.do(ctx, "GET", "/stats", q)
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusOK {
-		return nil, &StatusError{"/stats", code, string(body)}
+	if resp.Code != 200 {
+		return nil, &StatusError{"/stats", resp.Code, string(resp.Body)}
 	}
-	return parseStats(body), nil
+	return parseStats(resp.Body), nil
 }
 
 // parseStats reads Envoy's text stats, `name: value` a line. Histograms and
@@ -425,14 +405,14 @@ func statPort(prefix string) (uint16, bool) {
 // ListenerPorts returns the ports of the listeners Envoy reports in
 // /listeners; sockets on them are the proxy's.
 func (a *Admin) ListenerPorts(ctx context.Context) ([]uint16, error) {
-	code, body, err := a.do(ctx, http.MethodGet, "/listeners", url.Values{"format": {"json"}})
+	resp, err := a.do(ctx, "GET", "/listeners", url.Values{"format": {"json"}})
 	if err != nil {
 		return nil, err
 	}
-	if code != http.StatusOK {
-		return nil, &StatusError{"/listeners", code, string(body)}
+	if resp.Code != 200 {
+		return nil, &StatusError{"/listeners", resp.Code, string(resp.Body)}
 	}
-	return parseListeners(body)
+	return parseListeners(resp.Body)
 }
 
 type address struct {

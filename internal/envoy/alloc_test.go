@@ -2,11 +2,13 @@ package envoy
 
 // The tracker polls a starting proxy a hundred times a second; what each
 // poll leaves for the collector is most of the supervisor's idle memory.
-// go test -run '^$' -bench Refused -benchmem ./internal/envoy/
+// go test -run '^$' -bench Poll -benchmem ./internal/envoy/
 
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -38,5 +40,21 @@ func BenchmarkBoundRefused(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		a.Bound(context.Background())
+	}
+}
+
+// A poll of a ready proxy, over the kept connection.
+func BenchmarkLivePoll(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("LIVE\n")) }))
+	defer srv.Close()
+	a, err := NewAdmin(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, ready, err := a.ServerState(context.Background()); !ready || err != nil {
+			b.Fatal(ready, err)
+		}
 	}
 }

@@ -3,61 +3,61 @@ package envoy
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 )
 
 // ReadyURL is a readiness endpoint beside Envoy's own that must also answer
 // 200, such as pilot-agent's http://127.0.0.1:15020/healthz/ready, which
-// checks what Envoy's LIVE does not (its DNS proxy, for one).
+// checks what Envoy's LIVE does not (its DNS proxy, for one). A redirect is
+// not followed: the answer is this URL's, and a 3xx is not a 200.
 type ReadyURL struct {
 	url    string
-	client *http.Client
+	target string
+	client *http1.Client
 }
 
 // maxWhy bounds what of a refusal's body is kept as its reason.
 const maxWhy = 256
 
-// NewReadyURL returns a checker of rawURL.
+// maxReadyBody bounds a readiness answer's body. pilot-agent's is empty; an
+// endpoint that answers more than this is no readiness endpoint, and says
+// so as the reason it is not ready.
+const maxReadyBody = 64 << 10
+
+// checkTimeout bounds one check, whatever its context.
+const checkTimeout = 2 * time.Second
+
+// NewReadyURL returns a checker of rawURL, an http:// URL: the endpoint is
+// local, and plain HTTP.
 func NewReadyURL(rawURL string) (*ReadyURL, error) {
-	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	u, err := http1.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("readiness URL %q: %w", rawURL, err)
+		return nil, fmt.Errorf("readiness URL: %w", err)
 	}
-	return &ReadyURL{url: req.URL.String(), client: &http.Client{
-		Transport: &http.Transport{
-			Proxy:               nil, // local; never through HTTP_PROXY
-			DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     30 * time.Second,
-			DisableCompression:  true,
-		},
-		// Never follow a redirect: the answer is this URL's.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       2 * time.Second,
+	return &ReadyURL{url: rawURL, target: u.Target, client: &http1.Client{
+		Dial:    http1.TCP(u.Addr, time.Second),
+		Host:    u.Host,
+		MaxBody: maxReadyBody,
 	}}, nil
 }
 
 // Check asks the URL, bounded by ctx, and returns "" when it answered 200,
 // otherwise why not.
 func (r *ReadyURL) Check(ctx context.Context) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url, nil)
-	if err != nil {
-		return err.Error()
-	}
-	resp, err := r.client.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	resp, err := r.client.Do(ctx, "GET", r.target)
 	if err != nil {
 		return fmt.Sprintf("%s: %v", r.url, err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxWhy))
-	if resp.StatusCode == http.StatusOK {
+	if resp.Code == 200 {
 		return ""
 	}
-	why := fmt.Sprintf("%s answered %d", r.url, resp.StatusCode)
+	why := fmt.Sprintf("%s answered %d", r.url, resp.Code)
+	body := resp.Body[:min(len(resp.Body), maxWhy)]
 	if b := strings.Join(strings.Fields(string(body)), " "); b != "" {
 		why += ": " + b
 	}

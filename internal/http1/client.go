@@ -60,8 +60,10 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
-	for tries := 0; ; tries++ {
-		cn, kept, err := c.get(ctx)
+	// The resend dials: a server that closes its idle connections closes
+	// every one, so the other kept one is no better.
+	for fresh := false; ; fresh = true {
+		cn, kept, err := c.get(ctx, fresh)
 		if err != nil {
 			return Response{}, err
 		}
@@ -71,23 +73,23 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 			return resp, nil
 		}
 		cn.Close()
-		if cerr := ctxErr(ctx, err); cerr != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
 			return Response{}, fmt.Errorf("%w (%v)", cerr, err)
 		}
-		if !kept || started || tries > 0 {
+		if !kept || started {
 			return Response{}, err
 		}
 	}
 }
 
-// ctxErr is ctx's error when ctx ended the request that failed with err.
-// The connection's deadline is ctx's, and may fire before ctx's own timer.
-func ctxErr(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
+// ctxErr is ctx.Err(), and DeadlineExceeded once ctx's deadline has passed:
+// the connection's deadline, set to ctx's, may fire before ctx's own timer,
+// and a caller tells a request cut by its deadline by ctx's error.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	var ne net.Error
-	if d, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(d) {
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -104,10 +106,10 @@ func (c *Client) CloseIdle() {
 	}
 }
 
-// get returns a kept connection, or a new one; kept says which.
-func (c *Client) get(ctx context.Context) (*conn, bool, error) {
+// get returns a kept connection unless fresh, or a new one; kept says which.
+func (c *Client) get(ctx context.Context, fresh bool) (*conn, bool, error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); n > 0 && !fresh {
 		cn := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
