@@ -165,6 +165,11 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string)
 	}
 	resp, keep, err = ReadResponse(cn.br, method == "HEAD", c.MaxBody)
 	if err == nil {
+		// A cancel that came as the answer ended may still set its
+		// deadline in the past: such a connection is not kept.
+		if !stop() {
+			keep = false
+		}
 		cn.SetDeadline(time.Time{})
 	}
 	return resp, keep, true, err
