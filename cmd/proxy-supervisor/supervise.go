@@ -143,6 +143,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	if f.checkOnly() {
 		return 0
 	}
+	oneP(env)
 	// Logging must never stop the supervisor: a stderr pipe that nobody
 	// drains would otherwise block the signal handler, the drain and the
 	// stop sequence with it.
