@@ -234,8 +234,18 @@ func TestClose(t *testing.T) {
 	if err != nil || resp.StatusCode != 503 {
 		t.Fatalf("the long poll at Close: %v %v", resp, err)
 	}
+	// A client must not keep a connection that the closing server ends.
+	if !resp.Close {
+		t.Errorf("the long poll's answer at Close lacks Connection: close")
+	}
 	closedWithin(t, idler, 5*time.Second)
-	if d := <-closed; d >= closeGrace {
+	var d time.Duration
+	select {
+	case d = <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if d >= closeGrace {
 		t.Errorf("Close took %v: it waited out its grace for connections with nothing to write", d)
 	}
 	if _, err := os.Lstat(s.Path()); !errors.Is(err, os.ErrNotExist) {
@@ -270,7 +280,11 @@ func TestCloseCutsWhatIsLeft(t *testing.T) {
 	s := serveTuned(t, b, nil)
 	c, br := dial(t, s)
 	io.WriteString(c, "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-b.in
+	select {
+	case <-b.in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the backend")
+	}
 	start := time.Now()
 	s.Close()
 	if d := time.Since(start); d < closeGrace || d > closeGrace+5*time.Second {
@@ -312,4 +326,22 @@ func TestFloodLeavesNothing(t *testing.T) {
 	if resp, _ := ask(t, c, br, "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("after the flood: %s", resp.Status)
 	}
+}
+
+// An answer to HEAD carries the body a GET would get; a client reads the
+// head alone, so the connection ends after it rather than leave the body
+// to be read as the next answer.
+func TestHeadEndsTheConnection(t *testing.T) {
+	s := serveTuned(t, newBackend(), nil)
+	c, br := dial(t, s)
+	io.WriteString(c, "HEAD /v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, &http.Request{Method: "HEAD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 405 || !resp.Close {
+		t.Fatalf("HEAD: %s, Connection: close %v; want 405 and close", resp.Status, resp.Close)
+	}
+	io.Copy(io.Discard, br) // the body; then the end of the connection
+	closedWithin(t, br, 5*time.Second)
 }

@@ -506,7 +506,9 @@ func (s *Server) serve(c *net.UnixConn) {
 		}
 		a, gone := cn.answer(&req)
 		cn.n = copy(cn.in, cn.in[end:cn.n]) // a byte of the next request, at most
-		last := gone || a.close || req.Close
+		// A closing server, and an answer to HEAD (whose body the client
+		// would take for its next answer), end the connection after it.
+		last := gone || a.close || req.Close || string(req.Method) == "HEAD" || cn.ctx.Err() != nil
 		if !cn.write(a, last) || last || !s.busy(c, false) {
 			return
 		}

@@ -39,8 +39,12 @@ type Client struct {
 // overlap at most two at a time (the tracker's poll and a drain's).
 const maxIdle = 2
 
-// maxHead bounds a response's head.
-const maxHead = 64 << 10
+// maxHead bounds a response's head, and its trailer; maxInterim, the 1xx
+// answers before it.
+const (
+	maxHead    = 64 << 10
+	maxInterim = 8
+)
 
 // Response is an answer.
 type Response struct {
@@ -60,8 +64,8 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
-	// The resend dials: a server that closes its idle connections closes
-	// every one, so the other kept one is no better.
+	// The resend dials, and drops the other kept connections: a server
+	// that closes its idle connections closes every one.
 	for fresh := false; ; fresh = true {
 		cn, kept, err := c.get(ctx, fresh)
 		if err != nil {
@@ -79,6 +83,7 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 		if !kept || started {
 			return Response{}, err
 		}
+		c.CloseIdle()
 	}
 }
 
@@ -170,6 +175,11 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string)
 		if !stop() {
 			keep = false
 		}
+		// Bytes past the answer are no answer to anything this client
+		// asked: the connection is not kept to read them as the next one.
+		if cn.br.Buffered() > 0 {
+			keep = false
+		}
 		cn.SetDeadline(time.Time{})
 	}
 	return resp, keep, true, err
@@ -184,12 +194,15 @@ var ErrTooLarge = errors.New("answer larger than the bound")
 // body. keep reports whether the connection can carry another request.
 // Interim (1xx) answers are skipped.
 func ReadResponse(br *bufio.Reader, head bool, maxBody int) (resp Response, keep bool, err error) {
-	for {
+	for interim := 0; ; interim++ {
 		var h respHead
 		if h, err = readHead(br); err != nil {
 			return Response{}, false, err
 		}
 		if h.code >= 100 && h.code < 200 {
+			if interim == maxInterim {
+				return Response{}, false, fmt.Errorf("more than %d interim answers", maxInterim)
+			}
 			continue
 		}
 		resp = Response{Code: h.code, Status: h.status}
@@ -311,13 +324,16 @@ func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 			return nil, fmt.Errorf("bad chunk size %q", line)
 		}
 		if n == 0 {
-			for { // the trailer, up to its blank line
+			for size := 0; ; { // the trailer, up to its blank line
 				line, err := readLine(br)
 				if err != nil {
 					return nil, err
 				}
 				if len(line) == 0 {
 					return body, nil
+				}
+				if size += len(line); size > maxHead {
+					return nil, fmt.Errorf("trailer longer than %d bytes", maxHead)
 				}
 			}
 		}

@@ -276,3 +276,32 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 }
+
+// Bytes past an answer answer nothing this client asked: the connection
+// that carried them is not kept.
+func TestDoesNotKeepAConnectionWithBytesPastTheAnswer(t *testing.T) {
+	s := serve(t, func(int, string) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 500 Smuggled\r\nContent-Length: 0\r\n\r\n", true
+	})
+	c := s.client(64)
+	defer c.CloseIdle()
+	for range 2 {
+		if r := do(t, c, "GET", "/ready"); r.Code != 200 {
+			t.Fatalf("answer %+v", r)
+		}
+	}
+	if n := s.conns.Load(); n != 2 {
+		t.Fatalf("2 requests took %d connections, want 2", n)
+	}
+}
+
+func TestBoundsInterimAnswersAndTrailers(t *testing.T) {
+	for name, raw := range map[string]string{
+		"interim": strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", maxInterim+1) + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"trailer": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + strings.Repeat("X-T: "+strings.Repeat("t", 1000)+"\r\n", 70) + "\r\n",
+	} {
+		if _, _, err := ReadResponse(bufio.NewReaderSize(strings.NewReader(raw), 4<<10), false, 64); err == nil {
+			t.Errorf("%s: no bound", name)
+		}
+	}
+}

@@ -78,7 +78,9 @@ func ParseRequest(head []byte) (Request, bool) {
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok || len(name) == 0 || line[0] == ' ' || line[0] == '\t' {
+		if !ok || !isToken(name) {
+			// A name that is not a token (`Content-Length : 5`) would
+			// slip past the body check below: refused, as net/http did.
 			return Request{}, false
 		}
 		value = bytes.TrimSpace(value)
@@ -96,6 +98,17 @@ func ParseRequest(head []byte) (Request, bool) {
 		}
 	}
 	return r, true
+}
+
+// isToken reports whether b is a header name: one or more of RFC 9110's
+// token characters.
+func isToken(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // hasToken reports whether the comma list v holds token, in any case.

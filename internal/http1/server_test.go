@@ -1,0 +1,31 @@
+package http1
+
+import "testing"
+
+// A header name that is not a token must not hide a body: `Content-Length
+// : 5` read as another header would leave the body to be served as the
+// next request.
+func TestParseRequestRefusesHiddenBodies(t *testing.T) {
+	for _, head := range []string{
+		"POST /v1/complete HTTP/1.1\r\nContent-Length : 5\r\n\r\n",
+		"POST /v1/complete HTTP/1.1\r\nTransfer-Encoding\t: chunked\r\n\r\n",
+		"POST /v1/complete HTTP/1.1\r\nContent-Length: 0\r\nContent-Length : 40\r\n\r\n",
+		"GET / HTTP/1.1\r\n folded: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nX(y): 1\r\n\r\n",
+	} {
+		if r, ok := ParseRequest([]byte(head)); ok && !r.Body {
+			t.Errorf("%q taken as a request without a body", head)
+		}
+	}
+	for head, body := range map[string]bool{
+		"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n": false,
+		"POST /v1/drain HTTP/1.1\r\nContent-Length: 0\r\n\r\n":                        false,
+		"POST /v1/drain HTTP/1.1\r\ncontent-length: 2\r\n\r\n":                        true,
+		"POST /v1/drain HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n":               true,
+	} {
+		r, ok := ParseRequest([]byte(head))
+		if !ok || r.Body != body {
+			t.Errorf("%q: ok %v, body %v; want ok and body %v", head, ok, r.Body, body)
+		}
+	}
+}
