@@ -112,6 +112,31 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 	}
 }
 
+// exec starts COMMAND with a bare fork and exec (not os/exec), and still
+// exits the way a shell would when it cannot: 127 for a command that does
+// not exist, by path or on PATH, and 126 for one that cannot be executed.
+func TestExecCommandNotFoundOrNotExecutable(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	p.supervise([]string{"--restart-policy", "Always"})
+	p.waitHTTP(readyURL, 200, 10*time.Second)
+	notExec := p.dir + "/not-executable"
+	if err := writeFile(notExec, "#!/bin/sh\n", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for path, want := range map[string]int{p.dir + "/missing": 127, "no-such-command-on-path": 127, notExec: 126} {
+		i++
+		e := p.start("exec", false, nil, bin.supervisor, "exec", "--name", fmt.Sprintf("app%d", i), "--control-dir", p.dir, "--timeout", "10s", "--", path)
+		if code := e.exit(10 * time.Second); code != want {
+			t.Errorf("%s: exit %d, want %d:\n%s", path, code, want, e.out.String())
+		}
+		if !strings.Contains(e.out.String(), path) {
+			t.Errorf("%s: the error does not name the command:\n%s", path, e.out.String())
+		}
+	}
+}
+
 func TestBadFlagsExit2(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)

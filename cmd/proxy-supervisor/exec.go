@@ -225,14 +225,21 @@ func runChild(argv []string, sigs <-chan os.Signal, started func()) (int, peers.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	exited, err := r.Start(cmd)
+	// A bare fork and exec, not os/exec: os/exec's first start forks a
+	// throwaway child to probe for pidfd support, 0.15-0.25 ms of every
+	// run, for pidfds that the reaper does not use.
+	path, err := exec.LookPath(argv[0])
+	var pid int
+	exited, err := r.Spawn(func() (int, error) {
+		if err != nil {
+			return 0, err
+		}
+		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+		return pid, err
+	})
 	if err != nil {
 		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	pid := cmd.Process.Pid
-	cmd.Process.Release()
 	go r.Run(ctx)
 	started()
 	for {

@@ -154,7 +154,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, error) {
 	if c.marked() {
 		if conn, err := dialTrusted(ctx, c.path, c.trusted); err == nil {
-			conn.Close()
+			// exec's completion goes over it: the server keeps a new
+			// connection for its first request for a while (headTimeout),
+			// and a kept connection it closed meanwhile is dialled again.
+			c.http.Keep(conn)
 			if c.marked() {
 				return true, "", nil
 			}

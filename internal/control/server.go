@@ -504,12 +504,11 @@ func (s *Server) serve(c *net.UnixConn) {
 		if !s.busy(c, true) {
 			return
 		}
-		a, gone := cn.answer(&req)
+		// An answer to HEAD ends the connection: the client would take its
+		// body for its next answer.
+		done := cn.answer(&req, req.Close || string(req.Method) == "HEAD")
 		cn.n = copy(cn.in, cn.in[end:cn.n]) // a byte of the next request, at most
-		// A closing server, and an answer to HEAD (whose body the client
-		// would take for its next answer), end the connection after it.
-		last := gone || a.close || req.Close || string(req.Method) == "HEAD" || cn.ctx.Err() != nil
-		if !cn.write(a, last) || last || !s.busy(c, false) {
+		if done || !s.busy(c, false) {
 			return
 		}
 	}
@@ -545,12 +544,17 @@ func (cn *conn) readHead(first bool) (int, error) {
 	}
 }
 
-// answer serves the request r. Meanwhile it reads the connection, so that
-// a client that goes away (gives up a long poll) ends the request's
-// context, and gone reports it. That read takes one byte at most, which
-// stays in in: the clients never pipeline, so it is the start of their
-// next request.
-func (cn *conn) answer(r *http1.Request) (a answer, gone bool) {
+// answer serves the request r and sends its answer, after which the
+// connection ends if end is set, the answer says so, the client went away
+// or the server is closing; done reports that it ends. Meanwhile it reads
+// the connection, so that a client that goes away (gives up a long poll)
+// ends the request's context. That read takes one byte at most, which stays
+// in in: the clients never pipeline, so it is the start of their next
+// request. The answer is written before that read is ended: ending it waits
+// for the reading goroutine, and a goroutine that the request woke (the
+// stop that a job's completion starts) would run first, with the answer
+// held back behind it.
+func (cn *conn) answer(r *http1.Request, end bool) (done bool) {
 	ctx, cancel := context.WithCancel(cn.ctx)
 	defer cancel()
 	cn.c.SetReadDeadline(time.Time{})
@@ -567,11 +571,15 @@ func (cn *conn) answer(r *http1.Request) (a answer, gone bool) {
 		}
 		read <- result{n, err}
 	}()
-	a = cn.s.h.handle(ctx, r)
+	a := cn.s.h.handle(ctx, r)
+	// ctx ends when the client went away or the server is closing.
+	end = end || a.close || ctx.Err() != nil
+	sent := cn.write(a, end)
 	cn.c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
 	res := <-read
 	cn.n += res.n
-	return a, res.err != nil && !errors.Is(res.err, os.ErrDeadlineExceeded)
+	gone := res.err != nil && !errors.Is(res.err, os.ErrDeadlineExceeded)
+	return end || !sent || gone
 }
 
 // write sends the answer a, asking the client to close the connection

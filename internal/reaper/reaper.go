@@ -97,13 +97,25 @@ func New() (*Reaper, error) {
 // lock across fork and registration is what makes an early exit safe: the
 // loop may reap the pid at once, but it cannot dispatch until the pid is known.
 func (r *Reaper) Start(cmd *exec.Cmd) (<-chan Exit, error) {
+	return r.Spawn(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+}
+
+// Spawn is Start for a process that start forks some other way, and whose
+// pid it returns.
+func (r *Reaper) Spawn(start func() (pid int, err error)) (<-chan Exit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := cmd.Start(); err != nil {
+	pid, err := start()
+	if err != nil {
 		return nil, err
 	}
 	ch := make(chan Exit, 1)
-	r.waiters[cmd.Process.Pid] = ch
+	r.waiters[pid] = ch
 	return ch, nil
 }
 
