@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
@@ -382,9 +380,8 @@ func (d *controlDir) Set(v string) error {
 	if v == "" {
 		return errors.New("empty; want the directory of the shared volume")
 	}
-	max := len(unix.RawSockaddrUnix{}.Path) - 1
-	if sock := control.SocketPath(v); len(sock) > max {
-		return fmt.Errorf("too long: %s must fit in a unix socket address (%d bytes)", sock, max)
+	if err := control.CheckSocketPath(v); err != nil {
+		return err
 	}
 	*d = controlDir(v)
 	return nil

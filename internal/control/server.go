@@ -45,6 +45,16 @@ const (
 // SocketPath is the socket's path in the control directory dir.
 func SocketPath(dir string) string { return filepath.Join(dir, SocketDir, SocketName) }
 
+// CheckSocketPath reports whether the socket's path in dir fits a unix
+// socket address: if not, no client could ever reach the supervisor.
+func CheckSocketPath(dir string) error {
+	max := len(unix.RawSockaddrUnix{}.Path) - 1
+	if path := SocketPath(dir); len(path) > max {
+		return fmt.Errorf("control socket %s: path longer than a unix socket address takes (%d bytes)", path, max)
+	}
+	return nil
+}
+
 // Bounds on requests. Long polls are capped at MaxWait; clients that want to
 // wait longer ask again.
 const (
@@ -107,10 +117,10 @@ type Server struct {
 // one left by an earlier run. allowed, when not empty, is the list of uids
 // that may connect.
 func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server, error) {
-	path := SocketPath(dir)
-	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
-		return nil, fmt.Errorf("control socket %s: path longer than %d bytes", path, len(unix.RawSockaddrUnix{}.Path)-1)
+	if err := CheckSocketPath(dir); err != nil {
+		return nil, err
 	}
+	path := SocketPath(dir)
 	cfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: open control dir %s: %w", dir, err)
@@ -228,6 +238,19 @@ func bindIn(sd int, path string) (*net.UnixListener, uint64, error) {
 // openToAll makes the socket file in sd connectable by every uid (app
 // containers run as other uids than the proxy) and returns its inode.
 func openToAll(sd int) (uint64, error) {
+	return chmodSocket(sd, 0o666, func(st *unix.Stat_t) error {
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return errors.New("replaced by something that is not a socket right after the bind")
+		}
+		return nil
+	})
+}
+
+// chmodSocket sets the mode of the socket file in sd and returns its inode.
+// It goes through an O_PATH descriptor of the file, opened without
+// following a symlink and checked by is before the chmod: a chmod by path
+// could follow whatever is there by then.
+func chmodSocket(sd int, mode uint32, is func(*unix.Stat_t) error) (uint64, error) {
 	fd, err := unix.Openat(sd, SocketName, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
@@ -237,13 +260,10 @@ func openToAll(sd int) (uint64, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return 0, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return 0, errors.New("replaced by something that is not a socket right after the bind")
-	}
-	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o666); err != nil {
+	if err := is(&st); err != nil {
 		return 0, err
 	}
-	return st.Ino, nil
+	return st.Ino, unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode)
 }
 
 // removeStale removes a socket that nothing answers on. A socket that does
@@ -296,19 +316,12 @@ func (s *Server) MarkReady(ready bool) {
 	if ready {
 		mode |= ReadyMark
 	}
-	// Through an O_PATH descriptor of the socket we bound, checked to be
-	// it, as at the bind: a chmod by path could follow whatever is there.
-	fd, err := unix.Openat(s.dir, SocketName, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == nil {
-		var st unix.Stat_t
-		if err = unix.Fstat(fd, &st); err == nil && st.Ino != s.ino {
-			err = errors.New("not the socket this supervisor bound")
+	_, err := chmodSocket(s.dir, mode, func(st *unix.Stat_t) error {
+		if st.Ino != s.ino {
+			return errors.New("not the socket this supervisor bound")
 		}
-		if err == nil {
-			err = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode)
-		}
-		unix.Close(fd)
-	}
+		return nil
+	})
 	if err != nil {
 		s.log.Warn("control socket: cannot set its ready mark; clients will ask instead", "ready", ready, "err", err)
 		return

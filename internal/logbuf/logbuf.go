@@ -75,13 +75,6 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Dropped is how many lines have been dropped so far.
-func (w *Writer) Dropped() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.dropped
-}
-
 func (w *Writer) run() {
 	defer close(w.done)
 	for range w.wake {

@@ -40,9 +40,6 @@ func TestWriteNeverBlocksOnAStalledDestination(t *testing.T) {
 	if took := time.Since(began); took > 2*time.Second {
 		t.Fatalf("10000 writes to a stalled destination took %v", took)
 	}
-	if w.Dropped() == 0 {
-		t.Fatal("nothing dropped, though the buffer holds 1 KiB")
-	}
 	close(g.open)
 	w.Close(5 * time.Second)
 	out := g.String()

@@ -120,7 +120,7 @@ func (n *Notifier) Unwatch() error {
 }
 
 // Close stops watching, removing the watch first (see Notifier); a Next
-// under way returns an error.
+// under way returns an error. A second Close only returns os.ErrClosed.
 func (n *Notifier) Close() error {
 	n.Unwatch()
 	return n.f.Close()

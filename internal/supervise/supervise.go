@@ -147,12 +147,7 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.book = book
-	watched := false
-	defer func() {
-		if !watched {
-			book.Close() // Watch closes its notifier; nothing else will
-		}
-	}()
+	defer book.Close() // the watching actor closes it too: twice is harmless
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
 	if v := book.Load("start"); v.Done {
@@ -196,7 +191,6 @@ func (s *Supervisor) Run() (int, error) {
 	s.log.Info("proxy started", "pid", s.proc.Pid(), "command", s.cfg.Command)
 
 	stopReaper := s.reap()
-	watched = true
 	err = s.serve(sigs, sock, hs)
 	stopReaper()
 	code, _, _ := s.life.exitCode()
