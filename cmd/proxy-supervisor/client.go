@@ -39,8 +39,10 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		}
 		// Ask the server to answer a little before our own deadline, so
 		// that a proxy that is not ready comes back with its reason rather
-		// than as a cancelled request.
-		ready, reason, err := c.Ready(ctx, min(left-left/10, control.MaxWait))
+		// than as a cancelled request: a tenth of the wait, and at least
+		// 250 ms (half of a shorter wait), for a loaded node's scheduling.
+		margin := max(left/10, min(250*time.Millisecond, left/2))
+		ready, reason, err := c.Ready(ctx, min(left-margin, control.MaxWait))
 		switch {
 		case ready:
 			return true, "", nil
