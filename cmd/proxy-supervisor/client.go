@@ -32,6 +32,7 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	why = "no supervisor listening on " + c.Path()
+	answered := false // why is the server's own reason
 	for {
 		left := time.Until(deadlineOf(ctx))
 		if left <= 0 {
@@ -47,13 +48,19 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		case ready:
 			return true, "", nil
 		case err == nil:
-			why = reason
+			why, answered = reason, true
 			continue // the long poll ended without readiness; ask again
 		case control.Refused(err):
 			return false, "", err
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+			// Our deadline cut the request (the connection's deadline can
+			// fire before ctx's timer): the server's last answer, if it gave
+			// one, says more than the cut.
+			if !answered {
+				why = err.Error()
+			}
 			return false, why, nil
 		default:
 			why = err.Error()

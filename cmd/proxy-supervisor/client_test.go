@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -101,5 +103,45 @@ func TestWaitURL(t *testing.T) {
 	code, stderr := runFor(t, []string{"wait", "--timeout", "300ms", "--url", srv.URL + "/moved"}, nil)
 	if code != 1 || !strings.Contains(stderr, "answered 302") {
 		t.Fatalf("a redirect: exit %d, want 1 with the 302; stderr:\n%s", code, stderr)
+	}
+}
+
+// slowSecondPoll is a supervisor whose proxy never gets ready: it answers
+// the first long poll with Envoy's state at its end, and the next one only
+// after the client's own deadline.
+type slowSecondPoll struct{ polls atomic.Int32 }
+
+func (b *slowSecondPoll) WaitReady(ctx context.Context) (bool, string) {
+	<-ctx.Done()
+	if b.polls.Add(1) > 1 {
+		time.Sleep(time.Second)
+	}
+	return false, "Envoy is INITIALIZING"
+}
+func (b *slowSecondPoll) Complete(context.Context, string, int, string) error { return nil }
+func (b *slowSecondPoll) Drain(context.Context) (bool, string)                { return false, "" }
+func (b *slowSecondPoll) Status() any                                         { return nil }
+
+// A wait that its deadline cuts in the middle of a long poll gives the
+// server's last reason, not the cut: the connection's deadline can fire
+// before the context's own timer, so the error is all the client sees.
+func TestWaitGivesTheLastReasonWhenItsDeadlineCutsAPoll(t *testing.T) {
+	dir := t.TempDir()
+	b := &slowSecondPoll{}
+	s, err := control.Listen(dir, b, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	ready, why, refused := waitReady(context.Background(), control.NewClient(dir), time.Second)
+	if ready || refused != nil {
+		t.Fatalf("ready %v, refused %v", ready, refused)
+	}
+	if b.polls.Load() < 2 {
+		t.Fatalf("%d long polls; the test needs a second one to be cut", b.polls.Load())
+	}
+	if why != "Envoy is INITIALIZING" {
+		t.Fatalf("why %q, want the server's last reason", why)
 	}
 }

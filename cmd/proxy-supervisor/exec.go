@@ -228,15 +228,19 @@ func runChild(argv []string, sigs <-chan os.Signal, started func()) (int, peers.
 	// A bare fork and exec, not os/exec: os/exec's first start forks a
 	// throwaway child to probe for pidfd support, 0.15-0.25 ms of every
 	// run, for pidfds that the reaper does not use.
-	path, err := exec.LookPath(argv[0])
+	// Fd() puts a standard stream that was handed over non-blocking back in
+	// blocking mode, as os/exec did, so that the app does not meet EAGAIN.
 	var pid int
-	exited, err := r.Spawn(func() (int, error) {
-		if err != nil {
-			return 0, err
-		}
-		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
-		return pid, err
-	})
+	var exited <-chan reaper.Exit
+	path, err := exec.LookPath(argv[0])
+	if err == nil {
+		attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{os.Stdin.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}}
+		exited, err = r.Spawn(func() (int, error) {
+			p, err := syscall.ForkExec(path, argv, attr)
+			pid = p
+			return p, err
+		})
+	}
 	if err != nil {
 		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start %s: %w", argv[0], err)
 	}

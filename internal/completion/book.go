@@ -113,7 +113,8 @@ func Open(cfg Config) (*Book, error) {
 	return b, nil
 }
 
-// Close releases what the book holds, for a book that will not be watched.
+// Close releases what the book holds. Watch closes it too when it ends, and
+// a second Close is harmless.
 func (b *Book) Close() {
 	if b.notifier != nil {
 		b.notifier.Close()

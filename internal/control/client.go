@@ -153,7 +153,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 // supervisor binds a new socket file, without the mark.
 func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, error) {
 	if c.marked() {
-		if conn, err := dialTrusted(ctx, c.path, c.trusted); err == nil {
+		if conn, err := c.http.Dial(ctx); err == nil {
 			// exec's completion goes over it: the server keeps a new
 			// connection for its first request for a while (headTimeout),
 			// and a kept connection it closed meanwhile is dialled again.

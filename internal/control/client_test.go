@@ -166,3 +166,44 @@ func TestUntrustedThroughTheClient(t *testing.T) {
 		t.Fatalf("a server of uid %d trusting only 4242: %v", os.Geteuid(), err)
 	}
 }
+
+// The connection that proved the ready mark carries the completion (exec's
+// next request) while the server keeps it; once the server has closed it
+// (its wait for a first request), the completion goes on a new one.
+func TestTheMarksConnectionCarriesTheCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		headWait  time.Duration
+		wantDials int32
+	}{
+		{"kept", 5 * time.Second, 1},
+		{"closed by the server", 50 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend()
+			close(b.ready)
+			s := serveTuned(t, b, func(s *Server) { s.headTimeout = tc.headWait })
+			c := NewClient(filepath.Dir(filepath.Dir(s.path)))
+			s.MarkReady(true)
+			if !c.marked() {
+				t.Skip("the socket file cannot carry the mark here")
+			}
+			dials := countDials(c)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if ok, why, err := c.Ready(ctx, time.Second); !ok || err != nil {
+				t.Fatalf("Ready: %v %q %v", ok, why, err)
+			}
+			proctest.Eventually(t, 5*time.Second, "the server holds the mark's connection", func() bool { return openConns(s) == 1 })
+			if tc.headWait < time.Second {
+				proctest.Eventually(t, 5*time.Second, "the server closes the unused connection", func() bool { return openConns(s) == 0 })
+			}
+			if err := c.Complete(ctx, "app", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			if n := dials.Load(); n != tc.wantDials {
+				t.Fatalf("%d connections for the mark's proof and the completion, want %d", n, tc.wantDials)
+			}
+		})
+	}
+}

@@ -100,8 +100,8 @@ func ctxErr(ctx context.Context) error {
 	return nil
 }
 
-// Keep adds nc, a connection to the server that the caller opened (with
-// Dial), to those kept for the next request.
+// Keep adds nc, a connection to the server that the caller opened with
+// Dial, to those kept for the next request.
 func (c *Client) Keep(nc net.Conn) {
 	c.put(&conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10)}, true)
 }

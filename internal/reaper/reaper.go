@@ -7,8 +7,9 @@
 // os.Process.Wait then fails with "no child processes". The fix, as in
 // containerd's reaper, is a single owner of wait4:
 //
-//   - Start forks a command and registers its pid under the same lock, so the
-//     reaper cannot dispatch that pid's exit before someone is listening.
+//   - Start forks a command (Spawn, a process forked some other way) and
+//     registers its pid under the same lock, so the reaper cannot dispatch
+//     that pid's exit before someone is listening.
 //   - Run drains wait4(-1, WNOHANG) until it returns 0 or ECHILD on every
 //     SIGCHLD, because SIGCHLD coalesces: one wait4 per signal leaves zombies.
 //     A periodic sweep backs the signal up.
