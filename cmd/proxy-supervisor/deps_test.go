@@ -9,7 +9,7 @@ import (
 
 // The binary is resident in every pod that runs it, and paged in at the
 // start of every client command (exec, complete, wait): what it imports is
-// memory and latency. net/http would bring crypto/tls and x509 with it (4 MB
+// memory and latency. net/http would bring crypto/tls and x509 with it (3.7 MB
 // of the 7.5 MB it weighed); internal/http1 speaks the plain HTTP/1.1 that
 // the supervisor needs instead. This keeps them out.
 func TestBinaryLeavesOutHeavyPackages(t *testing.T) {
