@@ -28,22 +28,18 @@ func TestExecSurvivesANameTakenByAnotherUID(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPod(t)
 			emptyDir(t, p)
-			if err := os.Chmod(filepath.Dir(bin.supervisor), 0o755); err != nil { // other uids run it
-				t.Fatal(err)
-			}
 			sup := p.supervise([]string{"--peers", "job", "--allowed-uids", "0,1001"})
 			p.waitHTTP(readyURL, 200, soon)
 			squat := filepath.Join(p.dir, "peers", tc.squat)
 			held := filepath.Join(p.dir, "held")
 			script := `printf '{"name":"job","running":true,"exit_code":0,"time":"2026-11-22T00:00:00Z"}\n' > "$0" && chmod 0644 "$0" && exec flock -x "$0" sh -c ': > "$1"; sleep 60' sh "$1"`
-			squatter := p.start("squatter", false, nil, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--",
-				"sh", "-c", script, squat, held)
+			squatter := p.start("squatter", false, nil, setpriv(1000, "sh", "-c", script, squat, held)...)
 			if !proctest.Until(soon, func() bool { _, err := os.Stat(held); return err == nil || squatter.Exited() }) || squatter.Exited() {
 				t.Fatalf("the squatter did not take %s:\n%s", squat, squatter.out.String())
 			}
 
-			app := p.start("app", false, nil, "setpriv", "--reuid=1001", "--regid=1001", "--clear-groups", "--",
-				bin.supervisor, "exec", "--name", "job", "--control-dir", p.dir, "--timeout", "10s", "--", "sh", "-c", "exit 3")
+			app := p.start("app", false, nil, setpriv(1001,
+				bin.supervisor, "exec", "--name", "job", "--control-dir", p.dir, "--timeout", "10s", "--", "sh", "-c", "exit 3")...)
 			if code := app.exit(soon); code != 3 {
 				t.Fatalf("exec exit %d, want the app's 3:\n%s", code, app.out.String())
 			}

@@ -18,29 +18,26 @@ import (
 func TestOnlyThePeersOwnerMayCompleteIt(t *testing.T) {
 	p := newPod(t)
 	emptyDir(t, p)
-	if err := os.Chmod(filepath.Dir(bin.supervisor), 0o755); err != nil { // other uids run it
-		t.Fatal(err)
-	}
 	sup := p.supervise([]string{"--peers", "job", "--allowed-uids", "0,1000,1001"})
 	p.waitHTTP(readyURL, 200, soon)
 
 	release := filepath.Join(p.dir, "release")
-	as := func(uid string, args ...string) []string {
-		return append([]string{"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", "--", bin.supervisor}, args...)
+	as := func(uid int, args ...string) []string {
+		return setpriv(uid, append([]string{bin.supervisor}, args...)...)
 	}
-	job := p.start("job", false, nil, as("1001", "exec", "--name", "job", "--control-dir", p.dir, "--",
+	job := p.start("job", false, nil, as(1001, "exec", "--name", "job", "--control-dir", p.dir, "--",
 		"/bin/sh", "-c", "while [ ! -e "+release+" ]; do sleep 0.02; done; exit 3")...)
 	waitRecord(t, p.dir, "job", `"running":true`)
 
 	// On disk, the sticky bit refuses uid 1000's record.
-	forger := p.start("forger", false, nil, as("1000", "complete", "--name", "job", "--exit-code", "0", "--timeout", "5s", "--control-dir", p.dir)...)
+	forger := p.start("forger", false, nil, as(1000, "complete", "--name", "job", "--exit-code", "0", "--timeout", "5s", "--control-dir", p.dir)...)
 	if code := forger.exit(soon); code == 0 {
 		t.Fatalf("uid 1000 completed uid 1001's job: %s", forger.out.String())
 	}
 	// Over the socket, the supervisor refuses it.
-	curl := p.start("curl", false, nil, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--",
+	curl := p.start("curl", false, nil, setpriv(1000,
 		"curl", "-sS", "-w", "\n%{http_code}", "--unix-socket", control.SocketPath(p.dir),
-		"-X", "POST", "http://x/v1/complete?peer=job&exit_code=0")
+		"-X", "POST", "http://x/v1/complete?peer=job&exit_code=0")...)
 	curl.exit(soon)
 	if out := curl.out.String(); !strings.HasSuffix(strings.TrimSpace(out), "403") || !strings.Contains(out, "uid 1001") {
 		t.Fatalf("uid 1000's POST for uid 1001's job: %s; want 403 naming the owner", out)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,14 +46,22 @@ func asUID(uid int, fn func() error) error {
 }
 
 // emptyDir gives the pod's volume an emptyDir's mode: root's, 0777, not
-// sticky, and reachable by every uid.
+// sticky, and reachable by every uid; and lets every uid run the binaries,
+// as the containers of other uids in a pod do.
 func emptyDir(t *testing.T, p *pod) {
 	t.Helper()
-	for path, mode := range map[string]os.FileMode{filepath.Dir(p.dir): 0o755, p.dir: 0o777} {
+	for path, mode := range map[string]os.FileMode{filepath.Dir(p.dir): 0o755, p.dir: 0o777, filepath.Dir(bin.supervisor): 0o755} {
 		if err := os.Chmod(path, mode); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// setpriv is argv run as uid (its gid the same, no other groups), as in a
+// container of that uid.
+func setpriv(uid int, argv ...string) []string {
+	id := strconv.Itoa(uid)
+	return append([]string{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"}, argv...)
 }
 
 // waitServing waits (bounded) until the control socket answers a client of
@@ -133,12 +142,9 @@ func TestSocketImpostorIsRefused(t *testing.T) {
 	}
 	p := newPod(t)
 	emptyDir(t, p)
-	if err := os.Chmod(filepath.Dir(bin.supervisor), 0o755); err != nil { // uid 1337 runs it
-		t.Fatal(err)
-	}
-	sup := p.start("supervisor", true, nil, "setpriv", "--reuid=1337", "--regid=1337", "--clear-groups", "--",
+	sup := p.start("supervisor", true, nil, setpriv(1337,
 		bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022",
-		"--", bin.envoy, "--stay-initializing")
+		"--", bin.envoy, "--stay-initializing")...)
 	waitServing(t, p, sup)
 
 	if err := impostor(t, p.dir); err != nil {
