@@ -203,10 +203,14 @@ func TestIstioPilotAgentDeletionDrains(t *testing.T) {
 	pod := fromDeploy(t, "istio/job-override.yaml", "istio-drain", "/podapp", "serve", "127.0.0.1:8080")
 	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	proxy := container(pod, "istio-proxy")
+	always := false
 	for i, a := range proxy.Command {
 		if strings.HasPrefix(a, "--restart-policy=") {
-			proxy.Command[i] = "--restart-policy=Always"
+			proxy.Command[i], always = "--restart-policy=Always", true
 		}
+	}
+	if !always {
+		t.Fatalf("the proxy's command line has no --restart-policy=... to set to Always: %q", proxy.Command)
 	}
 	app := container(pod, "job")
 	app.Command = app.Command[len(beforeDashes(app.Command)):]

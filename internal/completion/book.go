@@ -113,8 +113,9 @@ func Open(cfg Config) (*Book, error) {
 	return b, nil
 }
 
-// Close releases what the book holds. Watch closes it too when it ends, and
-// a second Close is harmless.
+// Close releases what the book holds: the caller closes the book, watched
+// or not (Watch closes the notifier only when its ctx ends, not after
+// Unwatch). A second Close is harmless.
 func (b *Book) Close() {
 	if b.notifier != nil {
 		b.notifier.Close()
@@ -381,7 +382,8 @@ func latest(a, b peers.Record) peers.Record {
 	return a
 }
 
-// Watch keeps the book current until ctx ends; the notifier is closed then. The records directory's
+// Watch keeps the book current until ctx ends; the notifier is closed then,
+// unless Unwatch ended its events first. The records directory's
 // notifier reports each record that may have changed: a record written
 // without a poke, and above all a running peer's lock released, since an
 // exec killed with its app (memory.oom.group) writes nothing and the

@@ -177,7 +177,7 @@ func TestTheMarksConnectionCarriesTheCompletion(t *testing.T) {
 		wantDials int32
 	}{
 		{"kept", 5 * time.Second, 1},
-		{"closed by the server", 50 * time.Millisecond, 2},
+		{"closed by the server", 500 * time.Millisecond, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend()

@@ -179,6 +179,18 @@ func TestBadHeadsEndTheConnection(t *testing.T) {
 	}
 }
 
+// A request with a body ends its connection whatever it is answered, a
+// refused uid's 403 too: the body would be read as the next request.
+func TestABodyEndsTheConnectionOfARefusedUID(t *testing.T) {
+	s := serveTuned(t, newBackend(), func(s *Server) { s.h.allowed = []uint32{54321} })
+	c, br := dial(t, s)
+	resp, body := ask(t, c, br, "POST /v1/complete?exit_code=0 HTTP/1.1\r\nContent-Length: 40\r\n\r\nGET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 403 {
+		t.Fatalf("got %s %s, want 403", resp.Status, body)
+	}
+	closedWithin(t, br, 5*time.Second)
+}
+
 // A long poll whose client gives up ends at once: its context ends when the
 // connection does, and nothing of it is left.
 func TestClientGoneEndsTheLongPoll(t *testing.T) {

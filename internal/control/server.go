@@ -480,9 +480,6 @@ type conn struct {
 	out []byte          // the answer being written
 }
 
-// errTooLarge is a request head that does not fit maxHeader.
-var errTooLarge = errors.New("request head too large")
-
 // serve answers the requests of one connection in turn, until the client
 // closes it or asks to, errs or times out, or the server closes.
 func (s *Server) serve(c *net.UnixConn) {
@@ -500,9 +497,13 @@ func (s *Server) serve(c *net.UnixConn) {
 	if cred, err := peerCred(c); err == nil {
 		cn.ctx = context.WithValue(cn.ctx, peerKey{}, cred.Uid)
 	}
-	for first := true; ; first = false {
-		end, err := cn.readHead(first)
-		if errors.Is(err, errTooLarge) {
+	// The first head is timed from the accept; later ones may keep the
+	// connection idle first.
+	for idle := time.Duration(0); ; idle = s.idleTimeout {
+		var end int
+		var err error
+		end, cn.n, err = http1.ReadHead(c, cn.in, cn.n, s.headTimeout, idle)
+		if errors.Is(err, http1.ErrHeadTooLarge) {
 			cn.write(fail(431, "request head larger than %d bytes", maxHeader), true)
 			return
 		}
@@ -517,9 +518,10 @@ func (s *Server) serve(c *net.UnixConn) {
 		if !s.busy(c, true) {
 			return
 		}
-		// An answer to HEAD ends the connection: the client would take its
-		// body for its next answer.
-		done := cn.answer(&req, req.Close || string(req.Method) == "HEAD")
+		// A request with a body, and an answer to HEAD, end the
+		// connection: the body would be read as the next request, and the
+		// answer's body as the client's next answer.
+		done := cn.answer(&req, req.Close || req.Body || string(req.Method) == "HEAD")
 		cn.n = copy(cn.in, cn.in[end:cn.n]) // a byte of the next request, at most
 		if done || !s.busy(c, false) {
 			return
@@ -527,39 +529,9 @@ func (s *Server) serve(c *net.UnixConn) {
 	}
 }
 
-// readHead reads until in holds a whole request head, and returns its
-// length. The head must arrive within headTimeout from its first byte, or
-// from the accept for the first request; idleTimeout bounds the wait for
-// the first byte of the next one.
-func (cn *conn) readHead(first bool) (int, error) {
-	idle := cn.n == 0 && !first
-	if idle {
-		cn.c.SetReadDeadline(time.Now().Add(cn.s.idleTimeout))
-	} else {
-		cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
-	}
-	for {
-		if end := http1.HeadEnd(cn.in[:cn.n]); end >= 0 {
-			return end, nil
-		}
-		if cn.n == len(cn.in) {
-			return -1, errTooLarge
-		}
-		m, err := cn.c.Read(cn.in[cn.n:])
-		if m > 0 && idle {
-			idle = false
-			cn.c.SetReadDeadline(time.Now().Add(cn.s.headTimeout))
-		}
-		cn.n += m
-		if err != nil && m == 0 {
-			return -1, err
-		}
-	}
-}
-
 // answer serves the request r and sends its answer, after which the
-// connection ends if end is set, the answer says so, the client went away
-// or the server is closing; done reports that it ends. Meanwhile it reads
+// connection ends if end is set, the client went away or the server is
+// closing; done reports that it ends. Meanwhile it reads
 // the connection, so that a client that goes away (gives up a long poll)
 // ends the request's context. That read takes one byte at most, which stays
 // in in: the clients never pipeline, so it is the start of their next
@@ -586,7 +558,7 @@ func (cn *conn) answer(r *http1.Request, end bool) (done bool) {
 	}()
 	a := cn.s.h.handle(ctx, r)
 	// ctx ends when the client went away or the server is closing.
-	end = end || a.close || ctx.Err() != nil
+	end = end || ctx.Err() != nil
 	sent := cn.write(a, end)
 	cn.c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
 	res := <-read
@@ -625,7 +597,6 @@ type answer struct {
 	code  int
 	body  any
 	allow string // the Allow header of a 405
-	close bool   // the connection ends after it
 }
 
 func reply(code int, v any) answer { return answer{code: code, body: v} }
@@ -667,12 +638,10 @@ func (h *handler) handle(ctx context.Context, r *http1.Request) answer {
 		}
 	}
 	// Everything is in the query. A body would only be something for a
-	// slow client to trickle, so none is accepted, and the connection,
-	// whose next bytes would be that body, ends.
+	// slow client to trickle, so none is accepted (serve ends the
+	// connection, whose next bytes would be that body).
 	if r.Body {
-		a := fail(400, "requests take no body; parameters go in the query")
-		a.close = true
-		return a
+		return fail(400, "requests take no body; parameters go in the query")
 	}
 	path, err := url.PathUnescape(string(r.Path))
 	if err != nil {

@@ -142,28 +142,17 @@ func (s *Server) serve(c net.Conn) {
 	}()
 	in, out := buf[:maxHeader], buf[maxHeader:maxHeader]
 	n := 0 // bytes of in that are read and not yet answered
-	deadline := time.Now().Add(headerTimeout)
-	for {
-		end := http1.HeadEnd(in[:n])
-		for end < 0 {
-			if n == len(in) {
-				s.send(c, out, http1.Request{Close: true}, 431, "", "request header too large\n")
-				return
-			}
-			if n == 0 && !deadline.IsZero() {
-				c.SetReadDeadline(deadline)
-			}
-			m, err := c.Read(in[n:])
-			if m > 0 && n == 0 && deadline.IsZero() {
-				// The first byte of the next request: its headers have
-				// headerTimeout from now.
-				c.SetReadDeadline(time.Now().Add(headerTimeout))
-			}
-			n += m
-			if err != nil && (m == 0 || http1.HeadEnd(in[:n]) < 0) {
-				return
-			}
-			end = http1.HeadEnd(in[:n])
+	// The first head is timed from the accept; later ones may keep the
+	// connection idle first.
+	for idle := time.Duration(0); ; idle = idleTimeout {
+		end, held, err := http1.ReadHead(c, in, n, headerTimeout, idle)
+		n = held
+		if errors.Is(err, http1.ErrHeadTooLarge) {
+			s.send(c, out, http1.Request{Close: true}, 431, "", "request header too large\n")
+			return
+		}
+		if err != nil {
+			return
 		}
 		// A probe or a scrape never sends a body, and this server would
 		// read one as the next request.
@@ -176,8 +165,6 @@ func (s *Server) serve(c net.Conn) {
 			return
 		}
 		n = copy(in, in[end:n]) // pipelined requests
-		deadline = time.Time{}
-		c.SetReadDeadline(time.Now().Add(idleTimeout))
 	}
 }
 

@@ -58,6 +58,8 @@ type conn struct {
 	br *bufio.Reader
 }
 
+func newConn(nc net.Conn) *conn { return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10)} }
+
 // Do sends a request without a body for target (a path with its query),
 // bounded by ctx, and returns the answer whatever its code.
 func (c *Client) Do(ctx context.Context, method, target string) (Response, error) {
@@ -103,7 +105,7 @@ func ctxErr(ctx context.Context) error {
 // Keep adds nc, a connection to the server that the caller opened with
 // Dial, to those kept for the next request.
 func (c *Client) Keep(nc net.Conn) {
-	c.put(&conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10)}, true)
+	c.put(newConn(nc), true)
 }
 
 // CloseIdle closes the connections kept for reuse.
@@ -131,7 +133,7 @@ func (c *Client) get(ctx context.Context, fresh bool) (*conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10)}, false, nil
+	return newConn(nc), false, nil
 }
 
 func (c *Client) put(cn *conn, keep bool) {
@@ -164,7 +166,7 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, c.Host...)
 	req = append(req, "\r\nUser-Agent: proxy-supervisor\r\n"...)
-	if method == "POST" || method == "PUT" {
+	if method == "POST" {
 		req = append(req, "Content-Length: 0\r\n"...)
 	}
 	req = append(req, "\r\n"...)
@@ -174,7 +176,7 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string)
 	if _, err := cn.br.Peek(1); err != nil {
 		return Response{}, false, false, err
 	}
-	resp, keep, err = ReadResponse(cn.br, method == "HEAD", c.MaxBody)
+	resp, keep, err = ReadResponse(cn.br, c.MaxBody)
 	if err == nil {
 		// A cancel that came as the answer ended may still set its
 		// deadline in the past: such a connection is not kept.
@@ -196,10 +198,10 @@ var ErrTooLarge = errors.New("answer larger than the bound")
 
 // ReadResponse reads one answer from br: its status, and its body whether
 // framed by Content-Length, chunked, or by the end of the connection, up to
-// maxBody bytes. head is set when the request was HEAD, whose answer has no
-// body. keep reports whether the connection can carry another request.
-// Interim (1xx) answers are skipped.
-func ReadResponse(br *bufio.Reader, head bool, maxBody int) (resp Response, keep bool, err error) {
+// maxBody bytes; the client sends no HEAD, so an answer's body is never to
+// be left unread. keep reports whether the connection can carry another
+// request. Interim (1xx) answers are skipped.
+func ReadResponse(br *bufio.Reader, maxBody int) (resp Response, keep bool, err error) {
 	for interim := 0; ; interim++ {
 		var h respHead
 		if h, err = readHead(br); err != nil {
@@ -214,7 +216,7 @@ func ReadResponse(br *bufio.Reader, head bool, maxBody int) (resp Response, keep
 		resp = Response{Code: h.code, Status: h.status}
 		keep = h.keep
 		switch {
-		case head || h.code == 204 || h.code == 304:
+		case h.code == 204 || h.code == 304:
 		case h.chunked:
 			resp.Body, err = readChunked(br, maxBody)
 		case h.length >= 0:

@@ -134,7 +134,7 @@ func TestReadsEveryFraming(t *testing.T) {
 		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 2\n\nok", "ok", 200, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, keep, err := ReadResponse(bufio.NewReader(strings.NewReader(tc.raw)), false, 64)
+			resp, keep, err := ReadResponse(bufio.NewReader(strings.NewReader(tc.raw)), 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,13 +142,6 @@ func TestReadsEveryFraming(t *testing.T) {
 				t.Fatalf("got %d %q keep=%v, want %d %q keep=%v", resp.Code, resp.Body, keep, tc.code, tc.body, tc.kept)
 			}
 		})
-	}
-}
-
-func TestHeadAnswerHasNoBody(t *testing.T) {
-	resp, keep, err := ReadResponse(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")), true, 64)
-	if err != nil || len(resp.Body) != 0 || !keep {
-		t.Fatalf("HEAD answer: %+v keep=%v err=%v", resp, keep, err)
 	}
 }
 
@@ -161,7 +154,7 @@ func TestRefusesAnAnswerOverTheBound(t *testing.T) {
 		"chunked":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n" + long[:64] + "\r\n1\r\nx\r\n0\r\n\r\n",
 		"until close":    "HTTP/1.0 200 OK\r\n\r\n" + long,
 	} {
-		_, _, err := ReadResponse(bufio.NewReader(strings.NewReader(raw)), false, 64)
+		_, _, err := ReadResponse(bufio.NewReader(strings.NewReader(raw)), 64)
 		if !errors.Is(err, ErrTooLarge) {
 			t.Errorf("%s: err %v, want ErrTooLarge", name, err)
 		}
@@ -178,7 +171,7 @@ func TestRefusesMalformedAnswers(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
 		"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
 	} {
-		if resp, _, err := ReadResponse(bufio.NewReader(strings.NewReader(raw)), false, 64); err == nil {
+		if resp, _, err := ReadResponse(bufio.NewReader(strings.NewReader(raw)), 64); err == nil {
 			t.Errorf("%q read as %+v", raw, resp)
 		}
 	}
@@ -300,7 +293,7 @@ func TestBoundsInterimAnswersAndTrailers(t *testing.T) {
 		"interim": strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", maxInterim+1) + "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
 		"trailer": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + strings.Repeat("X-T: "+strings.Repeat("t", 1000)+"\r\n", 70) + "\r\n",
 	} {
-		if _, _, err := ReadResponse(bufio.NewReaderSize(strings.NewReader(raw), 4<<10), false, 64); err == nil {
+		if _, _, err := ReadResponse(bufio.NewReaderSize(strings.NewReader(raw), 4<<10), 64); err == nil {
 			t.Errorf("%s: no bound", name)
 		}
 	}

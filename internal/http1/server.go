@@ -2,6 +2,8 @@ package http1
 
 import (
 	"bytes"
+	"errors"
+	"net"
 	"strconv"
 	"time"
 )
@@ -173,4 +175,40 @@ func StatusText(code int) string {
 		return "Gateway Timeout"
 	}
 	return "Unknown"
+}
+
+// ErrHeadTooLarge is a request head that does not fit the buffer: a server
+// answers 431 and closes the connection.
+var ErrHeadTooLarge = errors.New("request head too large")
+
+// ReadHead reads from c into in, which holds n bytes read before (the start
+// of a pipelined request), until in holds a whole request head; it returns
+// the head's length and how many bytes in holds. The head must arrive within
+// head of its first byte. idle is how long the connection may wait for that
+// first byte between requests; zero means a first request, whose head is
+// timed from now (the accept).
+func ReadHead(c net.Conn, in []byte, n int, head, idle time.Duration) (end, held int, err error) {
+	waiting := n == 0 && idle > 0
+	if waiting {
+		c.SetReadDeadline(time.Now().Add(idle))
+	} else {
+		c.SetReadDeadline(time.Now().Add(head))
+	}
+	for {
+		if end := HeadEnd(in[:n]); end >= 0 {
+			return end, n, nil
+		}
+		if n == len(in) {
+			return -1, n, ErrHeadTooLarge
+		}
+		m, err := c.Read(in[n:])
+		if m > 0 && waiting {
+			waiting = false
+			c.SetReadDeadline(time.Now().Add(head))
+		}
+		n += m
+		if err != nil && m == 0 {
+			return -1, n, err
+		}
+	}
 }

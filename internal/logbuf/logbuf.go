@@ -26,11 +26,10 @@ type Writer struct {
 	wake chan struct{} // a line is waiting
 	done chan struct{} // the writing goroutine has ended
 
-	mu      sync.Mutex
-	queue   []entry
-	size    int // bytes of the lines in queue
-	dropped int
-	closed  bool
+	mu     sync.Mutex
+	queue  []entry
+	size   int // bytes of the lines in queue
+	closed bool
 }
 
 // entry is a line, or a count of lines dropped at that place in the log.
@@ -53,11 +52,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	switch {
 	case w.closed:
-		w.dropped++
 		w.mu.Unlock()
 		return len(p), nil
 	case w.size+len(p) > w.max:
-		w.dropped++
 		if n := len(w.queue); n > 0 && w.queue[n-1].line == nil {
 			w.queue[n-1].dropped++
 		} else {

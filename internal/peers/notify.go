@@ -108,12 +108,11 @@ func (n *Notifier) Unwatch() error {
 	if !n.unwatched.CompareAndSwap(false, true) {
 		return nil
 	}
-	var err error
-	cerr := control(n.f, func(fd int) error {
-		_, err = unix.InotifyRmWatch(fd, uint32(n.wd))
-		return nil
+	err := control(n.f, func(fd int) error {
+		_, err := unix.InotifyRmWatch(fd, uint32(n.wd))
+		return err
 	})
-	if err = errors.Join(cerr, err); err != nil {
+	if err != nil {
 		return fmt.Errorf("inotify: remove the watch: %w", err)
 	}
 	return nil

@@ -111,7 +111,6 @@ func isClosed(ch <-chan struct{}) bool {
 func (s *Supervisor) drainConfig(trigger string) drain.Config {
 	return drain.Config{
 		Admin:           s.cfg.Admin,
-		Scanner:         s.scanner,
 		Watch:           func() drain.Watch { return s.scanner.Watch() },
 		Owner:           s.cfg.Owner,
 		Min:             s.cfg.DrainMin,
