@@ -344,7 +344,14 @@ func (r reporter) poke(code int, reason peers.Reason) error {
 		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
-		r.say("completion of %s recorded; no supervisor is listening (not yet, or no longer: it may have read the record and stopped), and one that starts reads it", r.name)
+		// The usual end of a Job under exec: the supervisor watches peers/,
+		// so it has often read the record and stopped before this poke.
+		// That is said calmly: nothing is wrong, and nothing is lost.
+		if r.cmd == "exec" {
+			r.say("completion of %s (exit %d) recorded; the supervisor has already read it and stopped, or reads it when it starts", r.name, code)
+		} else {
+			r.say("completion of %s (exit %d) recorded; no supervisor is listening: it has read the record and stopped already, or reads it when it starts", r.name, code)
+		}
 	default:
 		r.say("completion of %s recorded; the supervisor did not answer (%v): it may have read the record and stopped already, and otherwise reads it on its next scan", r.name, err)
 	}
