@@ -87,8 +87,11 @@ func (r *report) exits(t *testing.T, p *corev1.Pod) {
 		if s.State.Terminated != nil {
 			e = fmt.Sprint(s.State.Terminated.ExitCode)
 		}
-		if s.RestartCount > 0 {
-			e += fmt.Sprintf(" (%d restart)", s.RestartCount)
+		switch {
+		case s.RestartCount == 1:
+			e += " (1 restart)"
+		case s.RestartCount > 1:
+			e += fmt.Sprintf(" (%d restarts)", s.RestartCount)
 		}
 		parts = append(parts, s.Name+" "+e)
 	}
