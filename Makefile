@@ -21,7 +21,7 @@ demo: build
 # end-to-end tests under the race detector (test-race); the pod tests once
 # more against the binaries as shipped (test-static); last the pods in a
 # real kubelet (test-kubelet), whose table of scenarios ends the output.
-# The go test runs print through cmd/test-summary: a line per package with
+# The go test runs print through scripts/test-summary: a line per package with
 # its counts, every skipped test with its reason, every failed test whole.
 STAGE   = bash scripts/stage.sh
 SUMMARY = $(abspath $(BIN))/test-summary
@@ -34,9 +34,9 @@ test: tools
 	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
 	@$(STAGE) "the deploy/ pods in a real kubelet (kubelettest/)" $(MAKE) --no-print-directory test-kubelet
 
-# The test runs' printer (cmd/test-summary).
+# The test runs' printer (scripts/test-summary).
 tools:
-	$(GO) build -o $(BIN)/test-summary ./cmd/test-summary
+	$(GO) build -o $(BIN)/test-summary ./scripts/test-summary
 
 lint:
 	$(GO) vet ./...

@@ -5,7 +5,7 @@
 // as they happen. Without it a skip inside a package is invisible, and -v
 // buries it among thousands of lines. It exits with go test's code.
 //
-//	go run ./cmd/test-summary -race -count=1 ./...
+//	go run ./scripts/test-summary -race -count=1 ./...
 package main
 
 import (
