@@ -166,6 +166,11 @@ func reason(lines []string) string {
 	return strings.Join(out, " | ")
 }
 
+// secs is a duration as go test gives it below a minute (1.25s), and in
+// minutes above (10m40.8s).
 func secs(s float64) string {
+	if s < 60 {
+		return fmt.Sprintf("%.2fs", s)
+	}
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
 }

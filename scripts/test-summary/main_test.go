@@ -26,16 +26,18 @@ func TestSummary(t *testing.T) {
 		`{"Action":"fail","Package":"p","Elapsed":1.3}`,
 		`# not json`,
 		`{"Action":"skip","Package":"q","Elapsed":0}`,
+		`{"Action":"pass","Package":"k","Elapsed":640.77}`,
 	}, "\n")
 	var out strings.Builder
 	newSummary(&out).read(strings.NewReader(in))
 	want := `kubelettest: node up
     SKIP p TestA: a_test.go:9: needs root
---- FAIL p TestC (1.3s)
+--- FAIL p TestC (1.25s)
     c_test.go:7: got 2, want 3
-FAIL p 1.3s: 1 passed, 1 skipped, 1 failed
+FAIL p 1.30s: 1 passed, 1 skipped, 1 failed
 # not json
 ?    q [no test files]
+ok   k 10m40.8s: 0 passed
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
