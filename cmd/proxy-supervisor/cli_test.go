@@ -60,6 +60,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 // list as ITEM,..., a fixed set as its words joined by |; none after a bool
 // flag, and no line ends in a space.
 func TestHelpPlaceholders(t *testing.T) {
+	generic := map[string]bool{"STRING": true, "VALUE": true, "INT": true, "UINT": true, "FLOAT": true}
 	form := regexp.MustCompile(`^(?:[A-Z][A-Z:]*(?:\|[A-Z]+)*(?:,\.\.\.)?|[A-Za-z]+(?:\|[A-Za-z]+)+)$`)
 	for _, c := range commands() {
 		var out bytes.Buffer
@@ -72,8 +73,13 @@ func TestHelpPlaceholders(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if _, arg, ok := strings.Cut(rest, " "); ok && !form.MatchString(arg) {
-				t.Errorf("%s --help: placeholder %q of --%s is not in the help's style (DURATION, UID,..., Never|OnFailure)", c.name, arg, rest)
+			name, arg, ok := strings.Cut(rest, " ")
+			switch {
+			case !ok:
+			case generic[arg]:
+				t.Errorf("%s --help: --%s shows the flag package's %s; name its form: a word in backquotes in its usage, f.text, or a placeholder method", c.name, name, arg)
+			case !form.MatchString(arg):
+				t.Errorf("%s --help: placeholder %q of --%s is not in the help's style (DURATION, UID,..., Never|OnFailure)", c.name, arg, name)
 			}
 		}
 	}
