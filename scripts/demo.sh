@@ -58,8 +58,9 @@ say "(peers/) and tells the supervisor, which stops the proxy and exits with tha
 supervise "$work/job1"
 "$ps" exec --control-dir "$work/job1" --name app -- sh -c 'echo "[app] proxy is ready; running the job"; sleep 1; echo "[app] done"'
 wait "$sup" && code=0 || code=$?
-say "exec's last line: the supervisor saw the record in peers/ and stopped before exec's"
-say "own message reached its socket. Expected: the record is what counts."
+say "When exec's last line says the supervisor has already read the record and stopped:"
+say "expected. The supervisor watches peers/ and often stops before exec's own message"
+say "reaches its socket; the record is what counts."
 echo "[pod] proxy container exited $code; the Job's pod completes"
 
 step "2. A Job fails under restartPolicy Never: its code 3 ends the proxy too"
