@@ -24,7 +24,7 @@ demo: build
 # The go test runs print through scripts/test-summary: a line per package with
 # its counts, every skipped test with its reason, every failed test whole.
 STAGE   = bash scripts/stage.sh
-SUMMARY = $(abspath $(BIN))/test-summary
+SUMMARY = GO=$(GO) $(abspath $(BIN))/test-summary
 
 test: tools
 	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
