@@ -37,7 +37,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	healthAddr := listenAddr(":15022")
 	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
-	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
+	peerSpec := f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
 	restart := &choice{string(peers.Never), restartNames()}
 	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
 	onFailure := &choice{"", []string{"exit", "wait"}}
