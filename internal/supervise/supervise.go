@@ -131,6 +131,7 @@ func New(cfg Config) (*Supervisor, error) {
 		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
+		Silence:    cfg.HungAfter, // liveness waits that long for an answer
 		OnChange:   s.readinessChanged,
 	})
 	return s, nil
