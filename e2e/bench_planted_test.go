@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 // --restart-policy Always, so that each one settles the verdict and is
 // confirmed by a full read of the records, and nothing stops).
 func BenchmarkPlantedFiles(b *testing.B) {
+	useBenchBins(b)
 	for range b.N {
 		p := newPod(b)
 		emptyDir(b, p)
@@ -48,7 +50,7 @@ func BenchmarkPlantedFiles(b *testing.B) {
 		b.ReportMetric(lat[len(lat)-1], "post-max-ms")
 		fmt.Printf("planted files: CPU %.1f%% of one, VmRSS %.0f kB, POST /v1/complete p50 %.2f ms, max %.2f ms\n",
 			100*cpu, kb["VmRSS"], lat[len(lat)/2], lat[len(lat)-1])
-		sup.signal(15)
+		sup.signal(syscall.SIGTERM)
 		sup.exit(soon)
 	}
 }
