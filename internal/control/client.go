@@ -191,7 +191,8 @@ func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, e
 // socket descriptor's fstat describes the socket, not the file. Without
 // /proc the mark is not used, and the request answers instead.
 func (c *Client) dialMarked(ctx context.Context) (net.Conn, bool) {
-	dir, name := filepath.Split(c.path)
+	// No trailing slash: with one, O_NOFOLLOW would still follow a symlink.
+	dir, name := filepath.Dir(c.path), filepath.Base(c.path)
 	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false
