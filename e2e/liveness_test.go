@@ -79,15 +79,16 @@ func TestLivenessHoldsWhileStartingAndDraining(t *testing.T) {
 func TestLivenessHoldsForASlowEnvoy(t *testing.T) {
 	p := newPod(t)
 	ctl := p.dir + "/envoy.sock"
-	// Answers are at most a poll (1 s) and an answer (1.2 s) apart.
-	sup := p.supervise([]string{"--drain-min", "0s", "--hung-after", "3s"}, "--control", ctl)
+	// Answers are at most a poll (1 s) and an answer (1.2 s) apart, then
+	// 1.2 s (a proxy not ready is polled every 10 ms).
+	sup := p.supervise([]string{"--drain-min", "0s", "--hung-after", "4s"}, "--control", ctl)
 	p.waitHTTP(readyURL, 200, soon)
 	fixture(t, ctl, "slow 1200ms")
 	body := p.waitHTTP(readyURL, 503, soon)
 	if !strings.Contains(body, "does not answer") {
 		t.Fatalf("readiness 503 without the reason: %q", body)
 	}
-	p.stays(liveURL, 200, 6*time.Second)
+	p.stays(liveURL, 200, 8*time.Second)
 	fixture(t, ctl, "slow 0")
 	p.waitHTTP(readyURL, 200, soon)
 	sup.signal(syscall.SIGTERM)
