@@ -182,7 +182,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.IntVar(&c.orphans, "orphans", 0, "at start, fork a child that starts this many grandchildren and exits at once, orphaning them")
 	fs.DurationVar(&c.orphanLife, "orphan-life", 0, "how long each orphan lives before it exits")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this `file` once LIVE")
-	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, crash, exit N")
+	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, slow DURATION (every admin answer that late; 0: none), crash, exit N")
 
 	opts := envoyOptions()
 	byName := map[string]*envoyOption{}

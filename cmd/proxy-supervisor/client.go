@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
@@ -206,6 +207,8 @@ func prestopOutcome(drained bool, why string, err error, timeout time.Duration) 
 		return "every peer has completed: nothing to drain", 0
 	case why == string(drain.TimedOut):
 		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
+	case strings.HasPrefix(why, supervise.Stopped+":"):
+		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, supervise.Stopped+":"))), 0
 	case why == supervise.StillDraining:
 		return fmt.Sprintf("still draining after --timeout %v; the supervisor's drain goes on", timeout), 0
 	case drained:

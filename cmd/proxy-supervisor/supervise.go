@@ -30,6 +30,10 @@ const (
 const graceMargin = 5 * time.Second
 
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	// First of all: a SIGTERM during the start must be the supervisor's to
+	// answer (143), never Go's default (exit 2 in PID 1).
+	sigs := supervise.Subscribe()
+	defer sigs.Stop()
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
 	adminURL := &httpURL{"http://127.0.0.1:15000", "Envoy's admin API in the pod"}
@@ -194,6 +198,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		HungAfter:            *hungAfter,
+		Signals:              sigs,
 		Log:                  log,
 	})
 	if err != nil {
