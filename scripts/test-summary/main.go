@@ -39,6 +39,7 @@ func main() {
 	s := newSummary(os.Stdout)
 	s.read(out)
 	err = cmd.Wait()
+	s.total()
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -64,6 +65,18 @@ type summary struct {
 	w      io.Writer
 	output map[string][]string // by package and test: the test's output
 	counts map[string]*counts  // by package
+}
+
+// total prints the counts of every package on one line, in the plain form
+// that CI's log reader takes for a test runner's closing line.
+func (s *summary) total() {
+	var all counts
+	for _, c := range s.counts {
+		all.pass += c.pass
+		all.skip += c.skip
+		all.fail += c.fail
+	}
+	fmt.Fprintf(s.w, "summary: %d passed, %d failed, %d skipped\n", all.pass, all.fail, all.skip)
 }
 
 func newSummary(w io.Writer) *summary {

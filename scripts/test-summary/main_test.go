@@ -29,7 +29,9 @@ func TestSummary(t *testing.T) {
 		`{"Action":"pass","Package":"k","Elapsed":640.77}`,
 	}, "\n")
 	var out strings.Builder
-	newSummary(&out).read(strings.NewReader(in))
+	s := newSummary(&out)
+	s.read(strings.NewReader(in))
+	s.total()
 	want := `kubelettest: node up
     SKIP p TestA: a_test.go:9: needs root
 --- FAIL p TestC (1.25s)
@@ -38,6 +40,7 @@ FAIL p 1.30s: 1 passed, 1 skipped, 1 failed
 # not json
 ?    q [no test files]
 ok   k 10m40.8s: 0 passed
+summary: 1 passed, 1 failed, 1 skipped
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
