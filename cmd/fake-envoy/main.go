@@ -78,6 +78,15 @@ func run(args []string, stderr io.Writer) int {
 		critical(fmt.Sprintf("error initializing configuration '%s': Unable to parse JSON as proto (INVALID_ARGUMENT: invalid JSON)", cfg.configPath))
 		return 1
 	}
+	boot, err := cfg.bootstrap()
+	if err != nil {
+		critical(fmt.Sprintf("error initializing configuration '%s': %v", cfg.configPath, err))
+		return 1
+	}
+	if boot.AdminPipe != "" && !cfg.adminAddrSet {
+		critical(fmt.Sprintf("error initializing configuration '%s': admin.address.pipe is not served by this fake", cfg.configPath))
+		return 1
+	}
 	switch cfg.mode {
 	case "validate":
 		fmt.Fprintf(stderr, "configuration '%s' OK\n", cfg.configPath)
@@ -92,7 +101,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 
-	opts := cfg.options(log)
+	opts := cfg.options(log, boot)
 	opts.OnInit = func() { signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1, unix.SIGHUP) }
 	e, err := fakeenvoy.Start(opts)
 	if err != nil {
