@@ -258,3 +258,19 @@ func (p *proc) listener(name string) string {
 	p.t.Fatalf("/listeners %v: %q, want %s", err, body, name)
 	return ""
 }
+
+// --fake-version picks the release: --version and /server_info say it.
+func TestFakeVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(build(t), "--version", "--fake-version", "1.31.4").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "/1.31.4/Clean/RELEASE/BoringSSL") {
+		t.Errorf("--version: %v:\n%s", err, out)
+	}
+	if code, out := validate(t, "--fake-version", "2.0"); code != 1 || !strings.Contains(out, "want 1.MINOR") {
+		t.Errorf("--fake-version 2.0: exit %d:\n%s", code, out)
+	}
+	_, body, err := get(start(t, "--fake-version", "1.40").live(), "GET", "/server_info", 2*time.Second)
+	if err != nil || !strings.Contains(body, "/1.40.0/") {
+		t.Errorf("/server_info %v:\n%s", err, body)
+	}
+}

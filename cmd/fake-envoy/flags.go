@@ -43,6 +43,7 @@ type config struct {
 	orphanLife  time.Duration
 	readyFile   string
 	control     string
+	version     fakeenvoy.EnvoyVersion
 }
 
 const usageHead = `Usage: fake-envoy [ENVOY OPTIONS] [FIXTURE FLAGS]
@@ -192,6 +193,11 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.IntVar(&c.orphans, "orphans", 0, "at start, fork a child that starts this many grandchildren and exits at once, orphaning them")
 	fs.DurationVar(&c.orphanLife, "orphan-life", 0, "how long each orphan lives before it exits")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this `file` once LIVE")
+	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
+		var err error
+		c.version, err = fakeenvoy.ParseVersion(v)
+		return err
+	})
 	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, crash, exit N")
 
 	opts := envoyOptions()
@@ -210,6 +216,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, &parseError{msg}
 	}
 	var fixture []string
+	wantVersion := false
 	seen := map[string]bool{}
 	values := map[string][]string{}
 	for i := 0; i < len(args); i++ {
@@ -222,8 +229,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 			printUsage(out, fs, opts)
 			return nil, errNoServing
 		case "--version":
-			fmt.Fprintf(out, "\nenvoy  version: %s\n\n", fakeenvoy.Version())
-			return nil, errNoServing
+			wantVersion = true // printed once --fake-version is known
+			continue
 		}
 		if o, ok := byName[a]; ok {
 			id := "(--" + o.long + ")"
@@ -274,6 +281,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if err := fs.Parse(fixture); err != nil {
 		fmt.Fprintf(out, "fake-envoy: %v\n", err)
 		return nil, &parseError{err.Error()}
+	}
+	if wantVersion {
+		fmt.Fprintf(out, "\nenvoy  version: %s\n\n", c.version.Build())
+		return nil, errNoServing
 	}
 	if msg, long := envoyChecks(c, seen, values); msg != "" {
 		return refuse("(--"+long+")", msg)
@@ -435,6 +446,7 @@ func (c *config) options(log *slog.Logger, boot fakeenvoy.Bootstrap) fakeenvoy.O
 		Log:              log,
 		Concurrency:      int(c.concurrency),
 		ConfigPath:       c.configPath,
+		Version:          c.version,
 		HangOnQuit:       c.hangOnTerm,
 	}
 }

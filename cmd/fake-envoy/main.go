@@ -62,7 +62,7 @@ func run(args []string, stderr io.Writer) int {
 	crash := func(sig syscall.Signal) {
 		critical(fmt.Sprintf("Caught %s, suspect faulting address 0x0", signalDescription(sig)))
 		critical("Backtrace (use tools/stack_decode.py to get line numbers):")
-		critical("Envoy version: " + fakeenvoy.Version())
+		critical("Envoy version: " + cfg.version.Build())
 		critical("#0: [0x5579f8e1c2a4]")
 		cleanups.run()
 		die(sig)

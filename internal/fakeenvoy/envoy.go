@@ -93,6 +93,9 @@ type Options struct {
 	// Concurrency is the number of worker threads whose per-worker stats split the
 	// connection counts (--concurrency). Default 2.
 	Concurrency int
+	// Version is the release the fake behaves like (/server_info, and what
+	// /drain_listeners does); zero is DefaultVersion.
+	Version EnvoyVersion
 	// ConfigPath only shows in /server_info, like Envoy's -c.
 	ConfigPath string
 	// HangOnQuit makes /quitquitquit answer OK without shutting anything down: a proxy
