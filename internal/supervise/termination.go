@@ -170,7 +170,8 @@ func (s *Supervisor) learnDrainCall() {
 
 // chosenDrainCall is the drain call learned at ready, or, if that has not
 // happened yet, the one chosen now (a drain may start at once after ready).
-// A release that cannot be read gets ChooseCall's choice for an unknown one.
+// A release that cannot be read gets ChooseCall's choice for an unknown one,
+// and is asked again at the next drain.
 func (s *Supervisor) chosenDrainCall() drain.Call {
 	if c := s.drainCall.Load(); c != nil {
 		return *c
@@ -179,13 +180,15 @@ func (s *Supervisor) chosenDrainCall() drain.Call {
 	v, err := s.cfg.Admin.ServerVersion(ctx)
 	cancel()
 	call := drain.ChooseCall(v, err == nil, s.cfg.DrainInboundOnly)
+	if err != nil {
+		s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one",
+			"err", err, "call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
+		return call
+	}
 	if !s.drainCall.CompareAndSwap(nil, &call) {
 		return *s.drainCall.Load()
 	}
 	attrs := []any{"envoy", v.String(), "call", call.String()}
-	if err != nil {
-		attrs = []any{"envoy", "unknown", "err", err, "call", call.String()}
-	}
 	if len(call.GivesUp) == 0 {
 		s.log.Info("drain call chosen", attrs...)
 	} else {
