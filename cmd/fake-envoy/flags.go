@@ -194,7 +194,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.IntVar(&c.orphans, "orphans", 0, "at start, fork a child that starts this many grandchildren and exits at once, orphaning them")
 	fs.DurationVar(&c.orphanLife, "orphan-life", 0, "how long each orphan lives before it exits")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this `file` once LIVE")
-	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
+	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"), or custom for a build that reports no release (and behaves as the default): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
 		var err error
 		c.version, err = fakeenvoy.ParseVersion(v)
 		return err

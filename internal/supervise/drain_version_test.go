@@ -34,3 +34,22 @@ func TestDrainCallFollowsEnvoysVersion(t *testing.T) {
 		})
 	}
 }
+
+// A build that reports no release gets the call for an unknown one, and is
+// asked again when the drain starts rather than taken as unknown for good.
+func TestDrainCallForAnUnreadableRelease(t *testing.T) {
+	h := setup(t, func(_ *harness, c *Config) { c.DrainInboundOnly = true }, "--fake-version", "custom").start()
+	h.waitReady()
+	const unreadable = "Envoy's release unreadable"
+	h.eventually("the unreadable release logged", func() bool { return h.logged(unreadable, "call", "none", "level", "WARN") })
+	h.signal(syscall.SIGTERM)
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d", code)
+	}
+	if !h.logged("drain started", "call", "none") {
+		t.Error("the drain made a call for an unknown release")
+	}
+	if n := h.countLogged(unreadable); n != 2 {
+		t.Errorf("the release was asked %d times, want twice (at ready, at the drain)", n)
+	}
+}
