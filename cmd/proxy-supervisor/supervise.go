@@ -36,8 +36,8 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	defer sigs.Stop()
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
-	adminURL := &httpURL{"http://127.0.0.1:15000", "Envoy's admin API in the pod"}
-	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT: readiness, drain, stop and connection counts come from it")
+	adminURL := &httpURL{val: "http://127.0.0.1:15000", what: "Envoy's admin API in the pod", unix: true}
+	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT, or unix:///PATH for one on a unix socket (admin.address.pipe), which other containers cannot reach: readiness, drain, stop and connection counts come from it")
 	healthAddr := listenAddr(":15022")
 	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
@@ -62,7 +62,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
 	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
-	extraReady := &httpURL{"", readinessEndpoint}
+	extraReady := &httpURL{what: readinessEndpoint}
 	f.fs.Var(extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
 	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
 	logFormat := &choice{"text", []string{"text", "json"}}

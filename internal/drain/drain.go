@@ -85,8 +85,9 @@ type Config struct {
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
 
-	// InboundOnly drains only listeners marked inbound (sidecars).
-	InboundOnly bool
+	// Call is the /drain_listeners request, chosen for Envoy's release
+	// (ChooseCall); without flags the drain makes none.
+	Call Call
 	// HealthcheckFail also POSTs /healthcheck/fail, for edge proxies that
 	// load balancers health-check through Envoy. It makes Envoy hint every
 	// connection to close, outbound ones included, while the app may still
@@ -146,7 +147,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		d.listenersDrained = true
 		d.cfg.Min = 0
 	} else {
-		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
+		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout, "call", cfg.Call.String())
 	}
 	if cfg.HealthcheckFail && !cfg.Recheck {
 		ctx, cancel := d.callCtx(deadline)
@@ -378,15 +379,14 @@ func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 	return attrs
 }
 
-// drainListeners asks Envoy to drain its listeners gracefully.
+// drainListeners makes the drain's /drain_listeners call, if it has one.
 func (d *drainer) drainListeners(deadline time.Time) error {
+	if d.cfg.Call.Flags == nil {
+		return nil
+	}
 	ctx, cancel := d.callCtx(deadline)
 	defer cancel()
-	flags := []string{"graceful"}
-	if d.cfg.InboundOnly {
-		flags = append(flags, "inboundonly")
-	}
-	return d.cfg.Admin.Post(ctx, "/drain_listeners", flags...)
+	return d.cfg.Admin.Post(ctx, "/drain_listeners", d.cfg.Call.Flags...)
 }
 
 // appPorts lists the ports the app still listens on.

@@ -130,6 +130,7 @@ func config(a *fakeAdmin, s *fakeScanner, clock *fakeClock) Config {
 		Owner:   portwatch.Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: -1},
 		Min:     5 * time.Second,
 		Timeout: 20 * time.Second,
+		Call:    ChooseCall(envoy.Version{Major: 1, Minor: 36}, true, true),
 		Tick:    time.Millisecond,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

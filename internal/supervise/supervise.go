@@ -24,6 +24,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
@@ -93,7 +94,8 @@ type Supervisor struct {
 	m       *meters
 	start   time.Time
 
-	envoyPorts atomic.Pointer[[]uint16] // Envoy's listeners, learned when it is ready
+	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
+	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 
 	// Set by Run before any actor or server runs, and not changed after.
 	reaper *reaper.Reaper
@@ -374,6 +376,7 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 		// Refused, and logged, when a drain or a stop came first.
 		s.life.move(Ready, "admin API says "+now.Reason)
 		go s.learnEnvoyPorts()
+		go s.learnDrainCall()
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
