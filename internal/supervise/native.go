@@ -59,12 +59,16 @@ func (s *Supervisor) nativeTerminate(name string) {
 }
 
 // appAlive reports whether the app still runs, and what says so: a peer
-// running under exec, or a listening port of the app's. A scan that fails
-// says nothing: the app counts as gone, since a native SIGTERM while it
-// runs is the rare case.
+// running under exec, or a listening port of the app's. Peers that have all
+// reported their end are the app's end, whatever else listens in the pod
+// (another sidecar's port). A scan that fails says nothing: the app counts
+// as gone, since a native SIGTERM while it runs is the rare case.
 func (s *Supervisor) appAlive() (bool, string) {
 	if n := s.peersRunning(); n > 0 {
 		return true, "a peer runs under exec"
+	}
+	if isClosed(s.book.Settled()) {
+		return false, ""
 	}
 	socks, err := s.scanner.Listening()
 	if err != nil {

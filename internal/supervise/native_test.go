@@ -110,3 +110,21 @@ func TestNativeSigtermOfAHungProxyStopsAtOnce(t *testing.T) {
 		t.Fatalf("Run = %d, want 0", code)
 	}
 }
+
+// Peers that have all reported are the app's end, even while something else
+// in the pod listens (another native sidecar's port, still up until this
+// one has stopped): the SIGTERM stops at once.
+func TestNativeSigtermAfterThePeersEndedIgnoresOtherListeners(t *testing.T) {
+	h := startSupervisor(t, native(time.Minute))
+	h.waitReady()
+	h.listenApp()
+	h.complete("app", 0, "")
+	h.eventually("the peers settled", func() bool { return h.logged("peers completed; the proxy stays until SIGTERM") })
+	h.signal(syscall.SIGTERM)
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+	if !h.logged("stop requested", "reason", "the app has exited") {
+		t.Error("the stop does not say the app has exited")
+	}
+}
