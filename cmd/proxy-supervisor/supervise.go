@@ -61,6 +61,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	extraReady := &httpURL{"", readinessEndpoint}
 	f.fs.Var(extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
 	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
+	termLog := f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 
@@ -194,6 +195,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		HungAfter:            *hungAfter,
+		TerminationLog:       *termLog,
 		Log:                  log,
 	})
 	if err != nil {

@@ -63,6 +63,9 @@ type Config struct {
 	// HungAfter: /healthz/live fails once a proxy that was ready has not
 	// answered its admin API for this long; zero keeps it live.
 	HungAfter time.Duration
+	// TerminationLog is the file the exit's one-line summary replaces
+	// (the container's terminationMessagePath); "" writes none.
+	TerminationLog string
 
 	Intervals Intervals
 	Log       *slog.Logger
@@ -133,8 +136,15 @@ func New(cfg Config) (*Supervisor, error) {
 
 // Run supervises until the proxy has exited and returns the exit code. It
 // reads the completion records first, and returns at once, without starting
-// the proxy, when they already settle the job.
+// the proxy, when they already settle the job. Its last act is the
+// lifecycle summary in the termination message file.
 func (s *Supervisor) Run() (int, error) {
+	code, err := s.run()
+	s.writeSummary(code, err)
+	return code, err
+}
+
+func (s *Supervisor) run() (int, error) {
 	book, err := completion.Open(completion.Config{
 		Records:     peers.Open(s.cfg.ControlDir),
 		Policy:      s.cfg.Policy,
@@ -357,6 +367,7 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
+		s.life.noteReady(time.Now())
 		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
 		// Refused, and logged, when a drain or a stop came first.
 		s.life.move(Ready, "admin API says "+now.Reason)
