@@ -80,6 +80,8 @@ func short(s string) string {
 	if i := strings.Index(s, " ("); i > 0 {
 		s = s[:i]
 	}
+	s = strings.ReplaceAll(s, "proxy-supervisor + real ", "supervised ")
+	s = strings.ReplaceAll(s, "proxy-supervisor, ", "")
 	s = strings.ReplaceAll(s, "proxy-supervisor ", "")
 	if len(s) > 48 {
 		s = s[:47] + "…"
