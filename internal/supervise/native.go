@@ -41,21 +41,23 @@ import (
 // nativeTerminate is a native sidecar's SIGTERM (or SIGINT) once the proxy
 // has been ready.
 func (s *Supervisor) nativeTerminate(name string) {
-	if alive, what := s.appAlive(); !alive {
+	alive, what := s.appAlive()
+	if !alive {
 		s.stop(name + ": the app has exited (native sidecar)")
 		return
-	} else if hung, why := s.hung(); hung {
+	}
+	if hung, why := s.hung(); hung {
 		s.stop(name + ": the kubelet restarts a hung proxy (" + why + ")")
 		return
-	} else {
-		s.log.Info("the app still runs: the kubelet restarts this sidecar; draining for --drain-min, then stopping",
-			"app", what, "drain_min", s.cfg.DrainMin)
 	}
+	hold := min(s.cfg.DrainMin, s.cfg.DrainTimeout)
+	s.log.Info("the app still runs: the kubelet restarts this sidecar; draining for --drain-min, then stopping",
+		"app", what, "drain_min", hold)
 	if s.drain(name, false) == nil {
 		s.log.Info("already stopping", "signal", name)
 		return
 	}
-	time.AfterFunc(s.cfg.DrainMin, func() { s.stop(name + ": the sidecar restarts while the app runs") })
+	time.AfterFunc(hold, func() { s.stop(name + ": the sidecar restarts while the app runs") })
 }
 
 // appAlive reports whether the app still runs, and what says so: a peer
