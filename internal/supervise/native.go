@@ -25,8 +25,8 @@ import (
 // it). That kill has no turn to wait for: the preStop, then SIGTERM, while
 // the app still runs. So the rule, at a native SIGTERM:
 //
-//   - the app is gone (no peer runs under exec and no app port listens): the
-//     pod is terminating; stop at once;
+//   - the app is gone (every peer has reported its end, or none runs under
+//     exec and no app port listens): the pod is terminating; stop at once;
 //   - the proxy is hung (/healthz/live fails, the livenessProbe's cause):
 //     a drain would need the admin API that does not answer; stop at once,
 //     so that the kubelet restarts it soon;
