@@ -230,6 +230,7 @@ type jobRun struct {
 // proxy exit (and the supervisor's share of it) and app exit → Succeeded.
 func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 	pod := f.pod(t, name, "/podapp", "get", hello)
+	slowStart(t, container(pod, f.proxy))
 	var ready <-chan time.Time
 	if !f.supervised {
 		ready = n.pollReady(t, name, 15020)
@@ -284,6 +285,29 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 		}
 	}
 	return j
+}
+
+// envoyStart is how long the fake Envoy takes to become LIVE in the Job
+// runs, about a real Envoy's start with its xDS: a proxy ready within
+// milliseconds of its container's start would be ready before the kubelet
+// has even started its postStart hook, and the figure would time the
+// hook's start rather than the gate.
+const envoyStart = "1s"
+
+// slowStart makes the proxy container's fake Envoy take envoyStart to be
+// ready, on its command line or, under pilot-agent, in FAKE_ENVOY_FLAGS.
+func slowStart(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	for i, e := range c.Env {
+		if e.Name == "FAKE_ENVOY_FLAGS" {
+			c.Env[i].Value += " --init-delay " + envoyStart
+			return
+		}
+	}
+	if !slices.Contains(c.Command, "/fake-envoy") {
+		t.Fatalf("%s runs no fake Envoy to slow down: %q", c.Name, c.Command)
+	}
+	c.Command = append(c.Command, "--init-delay", envoyStart)
 }
 
 // later is the later of a and b (a when b is zero).
