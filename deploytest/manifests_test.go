@@ -345,7 +345,23 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	}
 	health := hostPort(t, p.flag("health-addr", ":15022"))
 	probes := map[string]*corev1.Probe{"readiness": p.c.ReadinessProbe, "startup": p.c.StartupProbe}
+	if p.native {
+		// A native sidecar's startupProbe holds the app, polled at most
+		// once a second: its postStart wait holds it instead.
+		if p.c.StartupProbe != nil {
+			t.Errorf("%s: a native sidecar with a startupProbe: it holds the app up to its period after the proxy is ready", p.c.Name)
+		}
+		delete(probes, "startup")
+	}
+	// A Job's classic proxy may go without probes: its postStart wait holds
+	// the app, nothing routes to it, and a probe between its exit and the
+	// kubelet's noticing it records an Unhealthy event. A long-running
+	// pod's proxy needs readiness to leave the endpoints when it drains.
+	long := cmp.Or(spec.RestartPolicy, corev1.RestartPolicyAlways) == corev1.RestartPolicyAlways
 	for name, probe := range probes {
+		if probe == nil && (name != "readiness" || !long) {
+			continue
+		}
 		if probe == nil || probe.HTTPGet == nil {
 			t.Errorf("%s: no HTTP %s probe", p.c.Name, name)
 			continue
@@ -367,13 +383,11 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	if !isProxySupervisor(preStop) || preStop[1] != "prestop" {
 		t.Errorf("preStop %q, want proxy-supervisor prestop", preStop)
 	}
-	if !p.native && len(spec.Containers) > 1 {
-		if spec.Containers[0].Name != p.c.Name {
-			t.Errorf("the proxy %s is not the first container: the app would start before it", p.c.Name)
-		}
-		if !isProxySupervisor(postStart) || postStart[1] != "wait" {
-			t.Errorf("postStart %q, want proxy-supervisor wait to hold the app", postStart)
-		}
+	if !p.native && len(spec.Containers) > 1 && spec.Containers[0].Name != p.c.Name {
+		t.Errorf("the proxy %s is not the first container: the app would start before it", p.c.Name)
+	}
+	if (p.native || len(spec.Containers) > 1) && (!isProxySupervisor(postStart) || postStart[1] != "wait") {
+		t.Errorf("postStart %q, want proxy-supervisor wait to hold the app", postStart)
 	}
 	// tmpfs for the control dir (cheap fsync of the records).
 	dir := cmp.Or(p.flags["control-dir"], defaultDir)

@@ -46,9 +46,9 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
 	onFailure := &choice{"", []string{"exit", "wait"}}
 	f.fs.Var(onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
-	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does")
+	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does, at once when the app has gone, and preStop returns once the drain has started")
 	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
-	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed")
+	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed, and under --native-sidecar but for a restart of the sidecar while the app runs")
 	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
 	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
@@ -65,6 +65,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	extraReady := &httpURL{what: readinessEndpoint}
 	f.fs.Var(extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
 	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
+	termLog := f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 
@@ -199,6 +200,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		FailOnEnvoyDeath:     *envoyDeath,
 		HungAfter:            *hungAfter,
 		Signals:              sigs,
+		TerminationLog:       *termLog,
 		Log:                  log,
 	})
 	if err != nil {

@@ -100,7 +100,9 @@ type Config struct {
 	// has ended or the bound comes.
 	Running func() int
 	// Recheck: the listeners were drained already (a preStop's drain that
-	// ended before SIGTERM); only wait for the condition again.
+	// ended before SIGTERM); only wait for the condition again. A condition
+	// that holds at the first check ends it at once: the first drain's
+	// quiet period has passed, and a second would only delay the stop.
 	Recheck bool
 
 	// Tick is how often the condition is checked, WatchedTick how often
@@ -237,7 +239,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 	// exec: under Never the first failure settles the verdict while another
 	// peer may still be finishing, through the proxy.
 	peersDone := false
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-settled:
 			settled, peersDone = nil, true
@@ -276,6 +278,10 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		switch {
 		case !st.holds():
 			quietSince = time.Time{}
+		case d.cfg.Recheck && first:
+			// The first drain held its quiet period already, and nothing
+			// has opened since: a second one would only delay the stop.
+			return Drained
 		case quietSince.IsZero():
 			quietSince = now
 		}

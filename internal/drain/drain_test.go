@@ -403,3 +403,16 @@ func TestRecheckWaitsForConnectionsOnly(t *testing.T) {
 		t.Errorf("a re-check posted %v", a.posts)
 	}
 }
+
+// A re-check whose condition holds at its first check ends at once: the
+// preStop's drain held the quiet period already, and a second one would
+// make every deletion wait it twice (a kubelet's SIGTERM follows the hook).
+func TestRecheckThatHoldsAtOnceHasNoQuietPeriod(t *testing.T) {
+	a, s, clock := &fakeAdmin{}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	cfg := config(a, s, clock)
+	cfg.Recheck = true
+	r := within(t, start(cfg, nil), 5*time.Second)
+	if r.End != Drained || r.Took != 0 {
+		t.Fatalf("end %q after %v on the fake clock; want drained at once", r.End, r.Took)
+	}
+}

@@ -106,11 +106,18 @@ func isClosed(ch <-chan struct{}) bool {
 
 // drainConfig is the drain's config for one trigger.
 func (s *Supervisor) drainConfig(trigger string) drain.Config {
+	// --drain-min keeps Envoy accepting while the pod leaves the endpoints
+	// and its app still serves. A native sidecar's drain ends nothing: its
+	// end is the kubelet's SIGTERM, once the app has gone (native.go).
+	minimum := s.cfg.DrainMin
+	if s.cfg.Policy.Native {
+		minimum = 0
+	}
 	return drain.Config{
 		Admin:           s.cfg.Admin,
 		Watch:           func() drain.Watch { return s.scanner.Watch() },
 		Owner:           s.cfg.Owner,
-		Min:             s.cfg.DrainMin,
+		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
 		Call:            s.chosenDrainCall(),
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
