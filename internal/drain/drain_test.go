@@ -423,7 +423,7 @@ func TestRecheckWaitsForConnectionsOnly(t *testing.T) {
 // preStop's drain held the quiet period already, and a second one would
 // make every deletion wait it twice (a kubelet's SIGTERM follows the hook).
 func TestRecheckThatHoldsAtOnceHasNoQuietPeriod(t *testing.T) {
-	a, s, clock := &fakeAdmin{}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	a, s, clock := &fakeAdmin{}, &fakeScanner{}, newClock()
 	cfg := config(a, s, clock)
 	cfg.Recheck = true
 	r := within(t, start(cfg, nil), 5*time.Second)
