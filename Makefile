@@ -42,7 +42,9 @@ test-deploy:
 # them it skips with one line saying what is missing (and fails under
 # CI=true). The kubelet is built once into the user's cache (minutes cold),
 # and pilot-agent (scripts/pilot-agent.sh) too, for the scenarios that run it
-# as the supervisor's child.
+# as the supervisor's child, and the control plane of its cluster mode
+# (kube-apiserver, kube-controller-manager, kube-scheduler: about 15 minutes
+# cold on 2 busy cores) with Debian's etcd-server unpacked beside them.
 # -v: the output shows each scenario's result. The pods mostly wait, so all
 # of them run at once.
 test-kubelet:

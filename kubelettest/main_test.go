@@ -21,6 +21,10 @@ const kubeletVersion = "v1.37.2"
 // in parallel.
 var theNode *node
 
+// theControlPlane is the cluster mode's control plane, or why there is
+// none: the cluster scenarios alone skip without it.
+var theControlPlane controlPlane
+
 // theAgent is the real pilot-agent that the Istio scenarios run, or why
 // there is none: they alone skip without it.
 var theAgent pilotAgent
@@ -42,6 +46,10 @@ func testMain(m *testing.M) int {
 		fmt.Println("kubelettest:", err)
 		return 1
 	}
+	theControlPlane = buildControlPlane()
+	if theControlPlane.missing != "" {
+		fmt.Printf("kubelettest: the cluster scenarios will be SKIPPED (failed under CI=true): %s\n", theControlPlane.missing)
+	}
 	theAgent = buildPilotAgent()
 	if theAgent.missing != "" {
 		fmt.Printf("kubelettest: the pilot-agent scenarios will be SKIPPED (failed under CI=true): %s\n", theAgent.missing)
@@ -53,12 +61,16 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(filepath.Dir(images[0]))
 	fmt.Printf("kubelettest: kubelet and images ready in %s\n", time.Since(start).Round(100*time.Millisecond))
-	n, err := startNode(kubelet, images)
+	n, err := startNode(kubelet, images, theControlPlane)
 	if err != nil {
 		fmt.Println("kubelettest: starting the node:", err)
 		return 1
 	}
-	fmt.Printf("kubelettest: node up in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), n.dir)
+	mode := "standalone"
+	if n.cluster != nil {
+		mode = "registered with the API server"
+	}
+	fmt.Printf("kubelettest: node up, %s, in %s (%s)\n", mode, time.Since(start).Round(100*time.Millisecond), n.dir)
 	// An interrupted run still tears the node down.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
