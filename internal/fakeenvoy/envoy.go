@@ -65,6 +65,15 @@ type Listener struct {
 	Inbound    bool   // traffic_direction: INBOUND (matters for inboundonly)
 	TCP        bool   // plain tcp_proxy: ignores drains, connections stay until the peer closes; else an HTTP connection manager
 	StatPrefix string // for the http.<prefix>.downstream_cx_active duplicate of HTTP listeners; default derived from Name
+
+	// Routes is an HTTP listener's route table, from a bootstrap's
+	// route_config: a request goes to the first route that matches its
+	// path, and one that matches none gets Envoy's 404. Nil: every request
+	// gets a 200 from the listener itself.
+	Routes []Route
+	// Upstream is where a TCP listener forwards its connections ("IP:port");
+	// "" echoes what the peer sends.
+	Upstream string
 }
 
 // Options configure a fake Envoy. The zero value is an Envoy with no listeners that
@@ -84,6 +93,9 @@ type Options struct {
 	// Concurrency is the number of worker threads whose per-worker stats split the
 	// connection counts (--concurrency). Default 2.
 	Concurrency int
+	// Version is the release the fake behaves like (/server_info, and what
+	// /drain_listeners does); zero is DefaultVersion.
+	Version EnvoyVersion
 	// ConfigPath only shows in /server_info, like Envoy's -c.
 	ConfigPath string
 	// HangOnQuit makes /quitquitquit answer OK without shutting anything down: a proxy
@@ -106,6 +118,7 @@ type Envoy struct {
 	stats     *store
 	adminCx   cxStats
 	admin     []adminHandler // sorted by path
+	up        upstreams
 
 	mu       sync.Mutex
 	phase    initPhase
@@ -163,6 +176,7 @@ func Start(opts Options) (*Envoy, error) {
 		done:        make(chan struct{}),
 		fatal:       make(chan error, 1),
 		levels:      make(map[string]string),
+		up:          newUpstreams(),
 	}
 	e.admin = e.adminHandlers()
 	if err := e.reservePorts(); err != nil {
@@ -365,6 +379,7 @@ func (e *Envoy) shutdown() {
 		for _, l := range e.listeners {
 			l.closeAll()
 		}
+		e.up.close()
 		if srv != nil {
 			closeAdmin(srv)
 		} else {
