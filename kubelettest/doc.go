@@ -19,6 +19,12 @@
 // beside it; where either is missing those scenarios alone skip, loudly,
 // or fail when CI=true.
 //
+// The client image (every form's install container) and the Istio image
+// are built from images/ with Debian's buildah, as users build them, with
+// the binary the suite built as BINARY and its own Istio image without the
+// supervisor as the base; TestShippedImages skips without buildah, or
+// fails when CI=true.
+//
 // It is its own Go module so that the kubelet's dependencies never reach the
 // main module's. The kubelet is built once into the user's cache
 // (kubelet/go.mod pins it), and pilot-agent beside it. The suite installs

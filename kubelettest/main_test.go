@@ -2,11 +2,13 @@ package kubelettest
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,22 +174,38 @@ func buildImages(agent pilotAgent) ([]string, error) {
 		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}}, []string{"/proxy-supervisor"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
 	}
+	// What the shipped images are built from: the binary and the Istio
+	// image without it.
+	base := istioHub + "/proxyv2:" + istioBaseTag
+	images = append(images, image{binaryImage, []imageFile{{bin("proxy-supervisor"), "out/proxy-supervisor"}}, nil})
 	if agent.missing == "" {
 		files, err := istioFiles(dir, bin, agent)
 		if err != nil {
 			return nil, err
 		}
 		images = append(images, image{istioImage, files, []string{"/usr/local/bin/pilot-agent"}})
+		alone := slices.DeleteFunc(slices.Clone(files), func(f imageFile) bool { return f.dst == "usr/local/bin/proxy-supervisor" })
+		images = append(images, image{base, alone, []string{"/usr/local/bin/pilot-agent"}})
 	}
-	var tars []string
+	tars := map[string]string{}
 	for i, img := range images {
 		out := filepath.Join(dir, fmt.Sprintf("image%d.tar", i))
 		if err := writeImage(out, img.name, img.files, img.entry); err != nil {
 			return nil, err
 		}
-		tars = append(tars, out)
+		tars[img.name] = out
 	}
-	return tars, nil
+	// The client and Istio images as users build them, where buildah is;
+	// else the ones made here.
+	shipped, err := buildShipped(dir, tars[binaryImage], tars[base])
+	if err != nil {
+		theShipped = err.Error()
+		fmt.Printf("kubelettest: the shipped images were not built, TestShippedImages will be SKIPPED (failed under CI=true): %s\n", theShipped)
+	}
+	maps.Copy(tars, shipped)
+	delete(tars, binaryImage)
+	delete(tars, base)
+	return slices.Sorted(maps.Values(tars)), nil
 }
 
 // image is an image's name, its files and its entrypoint.
