@@ -44,6 +44,16 @@ func onFailure(t *testing.T, job *batchv1.Job) {
 	app.VolumeMounts = append(app.VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
 }
 
+// alone strips a Job's pod to its app, unwrapped: the baseline of the
+// time from the app's exit to the Job's completion.
+func alone(job *batchv1.Job) {
+	spec := &job.Spec.Template.Spec
+	app := spec.Containers[len(spec.Containers)-1]
+	app.Command = app.Command[len(beforeDashes(app.Command)):]
+	app.VolumeMounts = nil
+	spec.InitContainers, spec.Containers, spec.Volumes = nil, []corev1.Container{app}, nil
+}
+
 // Jobs through the API, each form under Never (a success; a failure, which
 // the Job controller retries backoffLimit times) and OnFailure (the
 // kubelet restarts the app in the pod), classic and native: the Job's
@@ -56,22 +66,25 @@ func TestClusterJobs(t *testing.T) {
 	for _, tc := range []struct {
 		name, manifest string
 		onFailure      bool
+		plain          bool // the baseline: the app alone, no proxy
 		app            []string
 		want           batchv1.JobConditionType
 		pods           []exits // each pod's, oldest first
 		phase          corev1.PodPhase
 	}{
-		{"classic-never-ok", "job.yaml", false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
+		{"baseline-app-alone", "job.yaml", false, true, []string{"/podapp", "exit", "0"}, batchv1.JobComplete,
+			[]exits{{"job": {0, 0}}}, corev1.PodSucceeded},
+		{"classic-never-ok", "job.yaml", false, false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
-		{"classic-never-fail", "job.yaml", false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
+		{"classic-never-fail", "job.yaml", false, false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
 			slices.Repeat([]exits{{"install": {0, 0}, "envoy": {3, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
-		{"classic-onfailure", "job-onfailure.yaml", false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
+		{"classic-onfailure", "job-onfailure.yaml", false, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
-		{"native-never-ok", "job-native-sidecar.yaml", false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
+		{"native-never-ok", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
-		{"native-never-fail", "job-native-sidecar.yaml", false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
+		{"native-never-fail", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
 			slices.Repeat([]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
-		{"native-onfailure", "job-native-sidecar.yaml", true, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
+		{"native-onfailure", "job-native-sidecar.yaml", true, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +93,9 @@ func TestClusterJobs(t *testing.T) {
 			job := jobFrom(t, tc.manifest, tc.name, tc.app...)
 			if tc.onFailure {
 				onFailure(t, job)
+			}
+			if tc.plain {
+				alone(job)
 			}
 			c.createJob(t, job)
 			job, seen := c.waitJob(t, tc.name, clusterJobTimeout, tc.want)

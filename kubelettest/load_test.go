@@ -31,6 +31,7 @@ type load struct {
 	path     func(i int) string
 	keep     *http.Client
 	fresh    *http.Client
+	start    time.Time
 	mu       sync.Mutex
 	slices   map[string][]string // each slice's ready endpoints
 	sent, ok int
@@ -121,6 +122,7 @@ func readyEndpoints(s *discoveryv1.EndpointSlice, port int32) []string {
 // run sends requests until ctx ends, then waits for those in flight.
 func (l *load) run(ctx context.Context) {
 	var wg sync.WaitGroup
+	l.start = time.Now()
 	tick := time.NewTicker(l.rate)
 	defer tick.Stop()
 	for i := 0; ; i++ {
@@ -193,7 +195,7 @@ func (l *load) fail(kind, example string) {
 	l.sent++
 	l.failures[kind]++
 	if example != "" && len(l.examples) < 10 {
-		l.examples = append(l.examples, example)
+		l.examples = append(l.examples, fmt.Sprintf("at %s: %s", time.Since(l.start).Round(time.Millisecond), example))
 	}
 }
 
