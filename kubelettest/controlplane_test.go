@@ -108,8 +108,11 @@ func fetchEtcd(cache string) (string, error) {
 	if out, err := exec.Command("dpkg-deb", "-x", debs[0], tree).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("etcd: dpkg-deb -x: %v: %s", err, out)
 	}
-	if err := os.Rename(tree, root); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
+	if err := os.Rename(tree, root); err != nil {
+		// A concurrent run may have put its own there first.
+		if _, statErr := os.Stat(bin); statErr != nil {
+			return "", errors.Join(err, statErr)
+		}
 	}
 	return bin, nil
 }
