@@ -123,7 +123,7 @@ func TestClusterJobs(t *testing.T) {
 			}
 			if tc.want == batchv1.JobComplete {
 				took := c.appExitToComplete(t, &pods[0], "job", seen)
-				t.Logf("FIGURE job-exit-to-complete %s %s: the app's exit to the Job's Complete", tc.name, took.Round(10*time.Millisecond))
+				note(t, "the app's exit to the Job's Complete %s", took.Round(10*time.Millisecond))
 				if took > 60*time.Second {
 					t.Fatalf("the Job was Complete %s after the app's exit", took)
 				}
@@ -219,8 +219,9 @@ func TestClusterJobDeleted(t *testing.T) {
 			if !slices.Contains(reasons, "Killing") {
 				t.Fatalf("no Killing event for pod %s, so its events are not seen: %q", pod.Name, reasons)
 			}
-			t.Logf("deleted (%s): the pod went at %s, the Job at %s; events: %s", tc.policy,
-				podGone.Sub(deleted).Round(100*time.Millisecond), jobGone.Sub(deleted).Round(100*time.Millisecond), strings.Join(reasons, " "))
+			t.Logf("events: %s", strings.Join(reasons, " "))
+			note(t, "deleted (%s): the pod gone at %s, the Job at %s", tc.policy,
+				podGone.Sub(deleted).Round(100*time.Millisecond), jobGone.Sub(deleted).Round(100*time.Millisecond))
 			if jobAtPodDeletion == nil {
 				t.Fatal("the pod's deletion was not seen")
 			}

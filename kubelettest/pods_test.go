@@ -134,6 +134,7 @@ func container(pod *corev1.Pod, name string) *corev1.Container {
 // run writes pod as a static pod manifest; the test's cleanup deletes it.
 func (n *node) run(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
+	theReport.of(t)
 	data, err := json.MarshalIndent(pod, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +182,9 @@ func (n *node) waitPod(t *testing.T, name string, timeout time.Duration, what st
 			return err
 		}
 		last = p
+		if p != nil {
+			theReport.phase(t, string(p.Status.Phase))
+		}
 		if p == nil || !ok(p) {
 			return fmt.Errorf("not %s", what)
 		}
@@ -228,6 +232,7 @@ type exited struct {
 // code, and the restart count, given.
 func wantExits(t *testing.T, p *corev1.Pod, want map[string]exited) {
 	t.Helper()
+	theReport.exits(t, p)
 	got := map[string]exited{}
 	for _, s := range statuses(p) {
 		e := exited{Code: -1, Restarts: s.RestartCount}

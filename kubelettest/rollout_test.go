@@ -294,8 +294,8 @@ func TestClusterRollout(t *testing.T) {
 			<-loaded
 			sent, ok, _ := l.counts()
 			failed, kinds := l.failed()
-			t.Logf("FIGURE rollout %s: %d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s",
-				tc.name, sent, failed, kinds, ok, took.Round(100*time.Millisecond))
+			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s",
+				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond))
 			for _, e := range l.examples {
 				t.Logf("  failed: %s", e)
 			}

@@ -317,12 +317,13 @@ func TestGoodAddressesAccepted(t *testing.T) {
 }
 
 // The flag package's message gets two dashes before the flag's name only,
-// never inside the value it quotes.
+// never inside the value it quotes, and reads as ours: "invalid value V for
+// --NAME" whatever the flag's type.
 func TestDashed(t *testing.T) {
 	for in, want := range map[string]string{
-		`invalid value "a-b" for flag -admin-url: bad`:  `invalid value "a-b" for flag --admin-url: bad`,
-		`invalid value "\" for flag -x" for flag -y: z`: `invalid value "\" for flag -x" for flag --y: z`,
-		`invalid boolean value "-1" for -native: bad`:   `invalid boolean value "-1" for --native: bad`,
+		`invalid value "a-b" for flag -admin-url: bad`:  `invalid value "a-b" for --admin-url: bad`,
+		`invalid value "\" for flag -x" for flag -y: z`: `invalid value "\" for flag -x" for --y: z`,
+		`invalid boolean value "-1" for -native: bad`:   `invalid value "-1" for --native: bad`,
 		`flag provided but not defined: -drain-max`:     `flag provided but not defined: --drain-max`,
 		`flag needs an argument: -timeout`:              `flag needs an argument: --timeout`,
 		`bad flag syntax: ---x`:                         `bad flag syntax: ---x`,

@@ -29,6 +29,7 @@ func TestPrestopOutcome(t *testing.T) {
 		{"never ready", true, supervise.NeverReady, nil, 0},
 		{"already stopping", true, supervise.AlreadyStopping, nil, 0},
 		{"still draining at --timeout", false, supervise.StillDraining, nil, 0},
+		{"supervisor stopped mid-drain", false, supervise.Stopped + ": killed by SIGSEGV (code 139)", nil, 0},
 		{"no supervisor", false, "", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), 0},
 		{"socket gone", false, "", fmt.Errorf("dial: %w", syscall.ENOENT), 0},
 		{"supervisor exited mid-answer", false, "", fmt.Errorf("read: %w", syscall.ECONNRESET), 0},

@@ -30,6 +30,10 @@ const (
 const graceMargin = 5 * time.Second
 
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	// First of all: a SIGTERM during the start must be the supervisor's to
+	// answer (143), never Go's default (exit 2 in PID 1).
+	sigs := supervise.Subscribe()
+	defer sigs.Stop()
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
 	adminURL := &httpURL{"http://127.0.0.1:15000", "Envoy's admin API in the pod"}
@@ -37,7 +41,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	healthAddr := listenAddr(":15022")
 	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
-	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
+	peerSpec := f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
 	restart := &choice{string(peers.Never), restartNames()}
 	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
 	onFailure := &choice{"", []string{"exit", "wait"}}
@@ -194,6 +198,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		HungAfter:            *hungAfter,
+		Signals:              sigs,
 		Log:                  log,
 	})
 	if err != nil {

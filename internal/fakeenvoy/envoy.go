@@ -126,6 +126,7 @@ type Envoy struct {
 	manual   bool          // SetState took over from the start-up phases
 	loopUp   bool          // the admin loop runs (SilentFor is over)
 	silent   bool          // SetSilent(true)
+	slow     time.Duration // SetSlow: each admin answer takes this long
 	answerCh chan struct{} // closed while the admin answers
 	drainAll bool          // a graceful drain of every listener is under way
 	drainIn  bool          // one of the inbound listeners is
@@ -324,6 +325,15 @@ func (e *Envoy) SetSilent(on bool) {
 	e.silent = on
 	e.mu.Unlock()
 	e.updateAnswering()
+}
+
+// SetSlow makes every admin answer take d, as a main thread busy with a
+// large xDS push or a /stats dump delays them all (the admin handlers run on
+// it); 0 answers at once again. A slow Envoy is alive: it answers, late.
+func (e *Envoy) SetSlow(d time.Duration) {
+	e.mu.Lock()
+	e.slow = d
+	e.mu.Unlock()
 }
 
 // Quit is closed when POST /quitquitquit arrives.

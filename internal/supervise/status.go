@@ -67,6 +67,11 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	case <-run.done:
 		return run.result.OK(), string(run.result.End)
 	case <-ctx.Done():
+		// The server ends the request's ctx when the supervisor stops (the
+		// proxy exited mid-drain): that is no drain going on.
+		if v := s.life.view(); v.phase == Stopping || v.phase == Exited {
+			return false, Stopped + ": " + v.why
+		}
 		return false, StillDraining
 	}
 }
@@ -76,6 +81,7 @@ const (
 	NeverReady      = "never-ready"      // the proxy was never ready: nothing to drain
 	AlreadyStopping = "already-stopping" // the proxy is stopping or gone
 	StillDraining   = "still-draining"   // the request's wait ended first
+	Stopped         = "stopped"          // the supervisor stopped before the drain ended; ": why" follows
 )
 
 // healthReady is what /healthz/ready answers: ready, and not draining or

@@ -64,6 +64,11 @@ type Config struct {
 	// answered its admin API for this long; zero keeps it live.
 	HungAfter time.Duration
 
+	// Signals are the subscriptions the command made first thing
+	// (Subscribe), so that no signal of its start meets Go's default; nil:
+	// Run subscribes.
+	Signals *Signals
+
 	Intervals Intervals
 	Log       *slog.Logger
 }
@@ -126,6 +131,7 @@ func New(cfg Config) (*Supervisor, error) {
 		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
+		Silence:    cfg.HungAfter, // liveness waits that long for an answer
 		OnChange:   s.readinessChanged,
 	})
 	return s, nil
@@ -135,6 +141,15 @@ func New(cfg Config) (*Supervisor, error) {
 // reads the completion records first, and returns at once, without starting
 // the proxy, when they already settle the job.
 func (s *Supervisor) Run() (int, error) {
+	// Signals are subscribed before anything that takes time: a signal
+	// that came before would get Go's default action, which for SIGTERM is
+	// to exit at once (2 in PID 1) and, once the proxy is forked, to leave
+	// it unsupervised.
+	sigs := s.cfg.Signals
+	if sigs == nil {
+		sigs = Subscribe()
+	}
+	defer sigs.Stop()
 	book, err := completion.Open(completion.Config{
 		Records:     peers.Open(s.cfg.ControlDir),
 		Policy:      s.cfg.Policy,
@@ -157,12 +172,6 @@ func (s *Supervisor) Run() (int, error) {
 		return code, nil
 	}
 
-	// Signals and SIGCHLD are subscribed before the fork: a signal that
-	// arrived between the fork and a later subscription would get Go's
-	// default action, which for SIGTERM is to exit at once and leave the
-	// proxy unsupervised.
-	sigs := subscribe()
-	defer sigs.stop()
 	if s.reaper, err = reaper.New(); err != nil {
 		return 1, err
 	}
@@ -171,6 +180,10 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.sock = sock
+	if code, stopped := s.stoppedEarly(sigs); stopped {
+		closeAll(sock, hs)
+		return code, nil
+	}
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
 		Command:      s.cfg.Command,
 		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
@@ -239,7 +252,7 @@ func (s *Supervisor) reap() (stop func()) {
 
 // serve runs the actors until the proxy has exited. Each actor has its own
 // context, so interrupting one ends that one alone.
-func (s *Supervisor) serve(sigs *signals, sock *control.Server, hs *health.Server) error {
+func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Server) error {
 	// oklog/run returns only the first actor's error; the others, from
 	// actors stopping concurrently, are collected too, so that none is lost.
 	var (

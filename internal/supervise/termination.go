@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"context"
-	"fmt"
 	"syscall"
 	"time"
 
@@ -21,10 +20,7 @@ import (
 func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 	for {
 		v, turn := s.book.Next()
-		why := "every peer succeeded"
-		if v.Failed != "" {
-			why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
-		}
+		why := v.Why()
 		switch {
 		case v.Done:
 			s.settle(ctx, v, why)
