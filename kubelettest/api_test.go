@@ -37,6 +37,7 @@ func adaptTemplate(t *testing.T, tmpl *corev1.PodTemplateSpec, name string, app 
 // createJob creates the Job; the test's cleanup deletes it and its pods.
 func (c *cluster) createJob(t *testing.T, job *batchv1.Job) {
 	t.Helper()
+	theReport.of(t)
 	ctx := context.Background()
 	if _, err := c.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create Job %s: %v", job.Name, err)
@@ -79,6 +80,7 @@ func (c *cluster) waitJob(t *testing.T, name string, timeout time.Duration, want
 	if jobCondition(job, want) == nil {
 		t.Fatalf("Job %s did not end %s:\n%s", name, want, c.describeJob(job))
 	}
+	theReport.phase(t, "Job "+string(want))
 	return job, seen
 }
 

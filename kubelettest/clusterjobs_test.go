@@ -214,6 +214,7 @@ func TestClusterJobDeleted(t *testing.T) {
 					}
 				}
 			}
+			theReport.phase(t, "Job and pod deleted")
 			wantExits(t, last, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}})
 			reasons := c.wantNoFailedHook(t, pod.Name)
 			if !slices.Contains(reasons, "Killing") {
@@ -243,6 +244,7 @@ var errNotYet = errors.New("not yet")
 func TestClusterCronJob(t *testing.T) {
 	t.Parallel()
 	c := needCluster(t)
+	theReport.of(t)
 	ctx := context.Background()
 	var cj batchv1.CronJob
 	readDeploy(t, "envoy-sidecar/cronjob.yaml", &cj)
@@ -315,7 +317,8 @@ func TestClusterCronJob(t *testing.T) {
 	wantExits(t, &pods[0], map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}})
 	c.wantNoFailedHook(t, pods[0].Name)
 	reasons := c.reasons(t, "CronJob", name)
-	t.Logf("%d runs, %d kept; the CronJob's events: %s", len(seen), len(last), strings.Join(reasons, " "))
+	t.Logf("the CronJob's events: %s", strings.Join(reasons, " "))
+	note(t, "%d runs seen, each on schedule and none failed, %d kept", len(seen), len(last))
 	if !slices.Contains(reasons, "SawCompletedJob") || !slices.Contains(reasons, "SuccessfulDelete") {
 		t.Fatalf("the CronJob's events lack SawCompletedJob or SuccessfulDelete: %q", reasons)
 	}

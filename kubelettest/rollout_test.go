@@ -226,6 +226,7 @@ func TestClusterRollout(t *testing.T) {
 			if tc.form == pilotAgentOnly {
 				needPilotAgent(t)
 			}
+			theReport.of(t)
 			c := theNode.cluster
 			ctx := context.Background()
 			c.envoyConfig(t)
@@ -290,6 +291,7 @@ func TestClusterRollout(t *testing.T) {
 				}
 			}
 			took := time.Since(start)
+			theReport.phase(t, "rolled twice")
 			stopLoad()
 			<-loaded
 			sent, ok, _ := l.counts()

@@ -120,6 +120,6 @@ func TestShippedImages(t *testing.T) {
 		if !strings.Contains(out, name) {
 			t.Fatalf("the node has no image %s:\n%s", name, out)
 		}
-		t.Logf("the node runs %s as built from images/", name)
+		note(t, "%s built from images/", name)
 	}
 }
