@@ -318,6 +318,7 @@ func TestClusterCronJob(t *testing.T) {
 	c.wantNoFailedHook(t, pods[0].Name)
 	reasons := c.reasons(t, "CronJob", name)
 	t.Logf("the CronJob's events: %s", strings.Join(reasons, " "))
+	theReport.phase(t, "CronJob ran")
 	note(t, "%d runs seen, each on schedule and none failed, %d kept", len(seen), len(last))
 	if !slices.Contains(reasons, "SawCompletedJob") || !slices.Contains(reasons, "SuccessfulDelete") {
 		t.Fatalf("the CronJob's events lack SawCompletedJob or SuccessfulDelete: %q", reasons)
