@@ -28,12 +28,16 @@ const (
 )
 
 // buildah runs buildah on a store of its own under dir, which goes with
-// dir: nothing is left in the machine's container storage.
+// dir, in a mount namespace of its own whose /var/lib and /run are tmpfs:
+// buildah also writes a blob cache under /var/lib/containers and network
+// configuration under /run/containers, whatever its store, and nothing may
+// be left on the machine.
 type buildah struct{ dir string }
 
 func (b buildah) run(args ...string) (string, error) {
 	args = append([]string{"--root", filepath.Join(b.dir, "storage"), "--runroot", filepath.Join(b.dir, "run"), "--storage-driver", "vfs"}, args...)
-	cmd := exec.Command("buildah", args...)
+	const private = `mount -t tmpfs -o mode=0755 tmpfs /var/lib && mount -t tmpfs -o mode=0755 tmpfs /run && exec buildah "$@"`
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", private, "buildah"}, args...)...)
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(b.dir, "tmp"))
 	out, err := cmd.CombinedOutput()
