@@ -117,7 +117,20 @@ func TestClusterJobs(t *testing.T) {
 				t.Logf("pod %s events: %s", p.Name, strings.Join(c.wantNoFailedHook(t, p.Name), " "))
 			}
 			final := jobCondition(job, tc.want)
-			t.Logf("Job %s: %s (%s), events: %s", tc.name, tc.want, final.Reason, strings.Join(c.reasons(t, "Job", tc.name), " "))
+			reasons := c.reasons(t, "Job", tc.name)
+			t.Logf("Job %s: %s (%s), events: %s", tc.name, tc.want, final.Reason, strings.Join(reasons, " "))
+			// The Job controller's own account: a pod made per run, and how
+			// the Job ended.
+			end := map[batchv1.JobConditionType]string{batchv1.JobComplete: "Completed", batchv1.JobFailed: batchv1.JobReasonBackoffLimitExceeded}[tc.want]
+			created := 0
+			for _, r := range reasons {
+				if r == "SuccessfulCreate" {
+					created++
+				}
+			}
+			if created != len(tc.pods) || !slices.Contains(reasons, end) {
+				t.Fatalf("Job %s's events %q: want %d SuccessfulCreate and %s", tc.name, reasons, len(tc.pods), end)
+			}
 			if tc.want == batchv1.JobFailed && final.Reason != batchv1.JobReasonBackoffLimitExceeded {
 				t.Fatalf("Job %s failed for %s, want %s", tc.name, final.Reason, batchv1.JobReasonBackoffLimitExceeded)
 			}
