@@ -19,8 +19,10 @@ import (
 )
 
 // fakeEnvoy replaces the manifests' `envoy -c /etc/envoy/envoy.yaml`: the
-// same admin address and the listener on :8000 that answers /hello.
-var fakeEnvoy = []string{"/fake-envoy", "--admin-addr", "127.0.0.1:9901", "--listener", "inbound=0.0.0.0:8000,inbound", "--log-level", "warning"}
+// same admin address (a unix socket in the envoy-admin volume) and the
+// listener on :8000 that answers /hello.
+var fakeEnvoy = []string{"/fake-envoy", "--config-yaml", "admin: {address: {pipe: {path: /var/run/envoy/admin.sock}}}",
+	"--listener", "inbound=0.0.0.0:8000,inbound", "--log-level", "warning"}
 
 const hello = "http://127.0.0.1:8000/hello"
 

@@ -26,7 +26,7 @@ const (
 	// container, its postStart and preStop hooks.
 	classic proxyForm = "classic"
 	// native is deployment.yaml with the proxy as a native sidecar, as
-	// job-native-sidecar.yaml has it.
+	// job-native-sidecar.yaml has it (its postStart wait, no startupProbe).
 	native proxyForm = "native"
 	// pilotAgentOnly is the baseline: Istio's sidecar as Istio runs it
 	// without this project, pilot-agent the entrypoint with its default
@@ -92,7 +92,7 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 		envoy := spec.Containers[i]
 		spec.Containers = slices.Delete(spec.Containers, i, i+1)
 		envoy.RestartPolicy = ref(corev1.ContainerRestartPolicyAlways)
-		envoy.Lifecycle.PostStart = nil // the startupProbe holds the app
+		envoy.StartupProbe = nil // as job-native-sidecar.yaml: its postStart wait holds the app
 		dashes := slices.Index(envoy.Command, "--")
 		envoy.Command = slices.Insert(envoy.Command, dashes, "--native-sidecar")
 		spec.InitContainers = append(spec.InitContainers, envoy)

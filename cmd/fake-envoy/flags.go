@@ -67,8 +67,9 @@ The bootstrap (-c, --config-yaml) gives the admin address and the data listeners
 which forward real traffic: an HTTP connection manager (HTTP/1.1 and h2c on one
 port) routes by path to a static cluster's first endpoint or a direct_response;
 a tcp_proxy joins its connections to its cluster's. traffic_direction INBOUND
-marks the listeners /drain_listeners?inboundonly drains. --admin-addr, when
-given, wins over the bootstrap's admin address.
+marks the listeners /drain_listeners?inboundonly drains. The admin API is on
+the bootstrap's admin.address: a socket_address, or a pipe (a unix socket at
+its path). --admin-addr, when given, wins over the bootstrap's admin address.
 
 FAKE_ENVOY_FLAGS, when set, holds more arguments, split at spaces, taken before
 the command line's: the fixture's flags reach a fake whose command line a parent
@@ -193,7 +194,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.IntVar(&c.orphans, "orphans", 0, "at start, fork a child that starts this many grandchildren and exits at once, orphaning them")
 	fs.DurationVar(&c.orphanLife, "orphan-life", 0, "how long each orphan lives before it exits")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this `file` once LIVE")
-	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
+	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"), or custom for a build that reports no release (and behaves as the default): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
 		var err error
 		c.version, err = fakeenvoy.ParseVersion(v)
 		return err
@@ -429,12 +430,16 @@ func (c *config) bootstrap() (fakeenvoy.Bootstrap, error) {
 // options are the fake's: the bootstrap's admin unless --admin-addr is
 // given, and the fixture's listeners before the bootstrap's.
 func (c *config) options(log *slog.Logger, boot fakeenvoy.Bootstrap) fakeenvoy.Options {
-	admin := c.adminAddr
-	if !c.adminAddrSet && boot.AdminAddr != "" {
-		admin = boot.AdminAddr
+	admin, pipe := c.adminAddr, ""
+	if !c.adminAddrSet {
+		if boot.AdminAddr != "" {
+			admin = boot.AdminAddr
+		}
+		pipe = boot.AdminPipe
 	}
 	return fakeenvoy.Options{
 		AdminAddr:        admin,
+		AdminPipe:        pipe,
 		Listeners:        append(append([]fakeenvoy.Listener(nil), c.listeners...), boot.Listeners...),
 		BindDelay:        c.bindDelay,
 		SilentFor:        c.silentFor,

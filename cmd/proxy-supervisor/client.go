@@ -157,7 +157,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 
 func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("prestop", "prestop [--timeout DURATION] [--control-dir DIR]",
-		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it. "+
+		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it; under the supervisor's --native-sidecar it returns once the drain has started, since the kubelet holds the sidecar's SIGTERM until the app has exited. "+
 			"Exits 0 whenever the pod may go on terminating (drained, the drain's bound reached, the proxy never ready or already gone) and says which on stdout; 1 only when the supervisor refused the request or its socket is not trusted.")
 	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most; the drain goes on after it")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
@@ -209,6 +209,8 @@ func prestopOutcome(drained bool, why string, err error, timeout time.Duration) 
 		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
 	case strings.HasPrefix(why, supervise.Stopped+":"):
 		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, supervise.Stopped+":"))), 0
+	case why == supervise.NativeSidecar:
+		return "drain started; the kubelet's SIGTERM stops the proxy once the app has exited (native sidecar)", 0
 	case why == supervise.StillDraining:
 		return fmt.Sprintf("still draining after --timeout %v; the supervisor's drain goes on", timeout), 0
 	case drained:

@@ -413,6 +413,7 @@ func (a *listenAddr) Set(v string) error {
 type httpURL struct {
 	val  string
 	what string
+	unix bool // unix:///PATH is taken too: HTTP over a unix socket
 }
 
 func (u *httpURL) String() string { return u.val }
@@ -422,10 +423,20 @@ func (u *httpURL) Set(v string) error {
 	if err != nil {
 		return errors.New("not a URL")
 	}
+	if u.unix && p.Scheme == "unix" {
+		if p.Host != "" || p.User != nil || p.RawQuery != "" || !strings.HasPrefix(p.Path, "/") {
+			return errors.New("want unix:///PATH, an absolute path")
+		}
+		u.val = v
+		return nil
+	}
 	switch {
 	case p.Scheme == "https":
 		return fmt.Errorf("https is not supported: the URL is %s, which is plain HTTP", u.what)
 	case p.Scheme != "http" || p.Opaque != "":
+		if u.unix {
+			return errors.New("want http://HOST:PORT or unix:///PATH")
+		}
 		return errors.New("want http://HOST:PORT")
 	case p.User != nil:
 		return errors.New("credentials in the URL are not supported")

@@ -28,6 +28,7 @@ func TestPrestopOutcome(t *testing.T) {
 		{"bound reached", false, string(drain.TimedOut), nil, 0},
 		{"never ready", true, supervise.NeverReady, nil, 0},
 		{"already stopping", true, supervise.AlreadyStopping, nil, 0},
+		{"native sidecar", true, supervise.NativeSidecar, nil, 0},
 		{"still draining at --timeout", false, supervise.StillDraining, nil, 0},
 		{"supervisor stopped mid-drain", false, supervise.Stopped + ": killed by SIGSEGV (code 139)", nil, 0},
 		{"no supervisor", false, "", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), 0},

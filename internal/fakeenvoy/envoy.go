@@ -80,6 +80,7 @@ type Listener struct {
 // binds 127.0.0.1:15000 and goes LIVE at once.
 type Options struct {
 	AdminAddr        string // default "127.0.0.1:15000"
+	AdminPipe        string // a unix socket's path (admin.address.pipe); replaces AdminAddr
 	Listeners        []Listener
 	BindDelay        time.Duration // admin port not bound yet for this long
 	SilentFor        time.Duration // after binding, connections are accepted but never answered for this long (Envoy binds before its loop runs)
@@ -112,7 +113,6 @@ type Envoy struct {
 	opts      Options
 	log       *slog.Logger
 	started   time.Time
-	adminAP   netip.AddrPort
 	adminSock *socket
 	listeners []*dataListener
 	stats     *store
@@ -237,14 +237,20 @@ func withDefaults(o Options) (Options, error) {
 }
 
 func (e *Envoy) reservePorts() error {
-	ap, err := netip.ParseAddrPort(e.opts.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("admin address %q: %w", e.opts.AdminAddr, err)
+	if p := e.opts.AdminPipe; p != "" {
+		var err error
+		if e.adminSock, err = reserveUnix(p); err != nil {
+			return fmt.Errorf("admin pipe: %w", err)
+		}
+	} else {
+		ap, err := netip.ParseAddrPort(e.opts.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("admin address %q: %w", e.opts.AdminAddr, err)
+		}
+		if e.adminSock, err = reserve(ap); err != nil {
+			return fmt.Errorf("admin address %s: %w", ap, err)
+		}
 	}
-	if e.adminSock, err = reserve(ap); err != nil {
-		return fmt.Errorf("admin address %s: %w", ap, err)
-	}
-	e.adminAP = e.adminSock.addr
 	for _, cfg := range e.opts.Listeners {
 		ap, err := netip.ParseAddrPort(cfg.Addr)
 		if err != nil {
@@ -268,9 +274,9 @@ func (e *Envoy) releasePorts() {
 	}
 }
 
-// AdminAddr is the admin address with its port resolved, e.g. "127.0.0.1:15000". It is
-// known before the port is bound.
-func (e *Envoy) AdminAddr() string { return e.adminAP.String() }
+// AdminAddr is the admin address with its port resolved, e.g. "127.0.0.1:15000", or
+// the unix socket's path. It is known before the port is bound.
+func (e *Envoy) AdminAddr() string { return e.adminSock.String() }
 
 // ListenerAddrs are the data listeners' addresses, ports resolved, in Options order.
 func (e *Envoy) ListenerAddrs() []netip.AddrPort {

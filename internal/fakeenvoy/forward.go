@@ -190,7 +190,10 @@ func (l *dataListener) forward(c *dataConn, w http.ResponseWriter, r *http.Reque
 // carries "connection: close" and the connection closes after it; an HTTP/2
 // connection gets a GOAWAY, its streams under way finish, and it closes.
 // Nothing else tells a connection: an idle keep-alive stays open, counted in
-// downstream_cx_active, until its client sends again or closes it.
+// downstream_cx_active, until its client sends again or closes it. (Envoy's
+// changelogs/current has the connection manager also close idle connections
+// in the last third of --drain-time-s, under the runtime guard
+// use_connection_event_drain; no release here is modelled with it.)
 func (l *dataListener) hintDrain(c *dataConn, w http.ResponseWriter, r *http.Request) {
 	if !l.drainCloseDue(c) {
 		return

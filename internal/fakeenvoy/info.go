@@ -123,8 +123,7 @@ func (e *Envoy) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		Node: node{UserAgentName: "envoy"},
 	}
 	bv := &info.Node.UserAgentBuildVersion
-	v := e.opts.Version.orDefault()
-	bv.Version.Major, bv.Version.Minor, bv.Version.Patch = v.Major, v.Minor, v.Patch
+	bv.Version.Major, bv.Version.Minor, bv.Version.Patch = e.opts.Version.numbers()
 	bv.Metadata.BuildType = "RELEASE"
 	bv.Metadata.RevisionSHA = envoyRevision
 	bv.Metadata.SSLVersion = "BoringSSL"

@@ -10,13 +10,27 @@ import (
 // and --version report, and what /drain_listeners does with its flags,
 // which has changed three times (see the methods below). The zero value is
 // DefaultVersion.
-type EnvoyVersion struct{ Major, Minor, Patch int }
+type EnvoyVersion struct {
+	Major, Minor, Patch int
+	// Unnumbered is a build that reports no release (a fork's own version
+	// string, and no user_agent_build_version numbers): a client cannot
+	// tell what it does. It behaves as DefaultVersion.
+	Unnumbered bool
+}
+
+// unnumbered is what --fake-version takes for an Unnumbered build, and the
+// release field of its build string.
+const unnumbered = "custom"
 
 // DefaultVersion is the release the fake is when none is chosen.
-var DefaultVersion = EnvoyVersion{1, 37, 2}
+var DefaultVersion = EnvoyVersion{Major: 1, Minor: 37, Patch: 2}
 
-// ParseVersion reads MAJOR.MINOR[.PATCH], such as 1.31 or 1.36.4.
+// ParseVersion reads MAJOR.MINOR[.PATCH], such as 1.31 or 1.36.4, or
+// "custom" for an Unnumbered build.
 func ParseVersion(s string) (EnvoyVersion, error) {
+	if s == unnumbered {
+		return EnvoyVersion{Unnumbered: true}, nil
+	}
 	parts := strings.Split(s, ".")
 	if len(parts) < 2 || len(parts) > 3 {
 		return EnvoyVersion{}, fmt.Errorf("version %q: want MAJOR.MINOR[.PATCH]", s)
@@ -29,17 +43,30 @@ func ParseVersion(s string) (EnvoyVersion, error) {
 		}
 		n[i] = v
 	}
-	return EnvoyVersion{n[0], n[1], n[2]}, nil
+	return EnvoyVersion{Major: n[0], Minor: n[1], Patch: n[2]}, nil
 }
 
+// orDefault is the release v behaves as.
 func (v EnvoyVersion) orDefault() EnvoyVersion {
-	if v == (EnvoyVersion{}) {
+	if v.Major == 0 {
 		return DefaultVersion
 	}
 	return v
 }
 
+// numbers are what user_agent_build_version reports: none for Unnumbered.
+func (v EnvoyVersion) numbers() (major, minor, patch int) {
+	if v.Unnumbered {
+		return 0, 0, 0
+	}
+	v = v.orDefault()
+	return v.Major, v.Minor, v.Patch
+}
+
 func (v EnvoyVersion) String() string {
+	if v.Unnumbered {
+		return unnumbered
+	}
 	v = v.orDefault()
 	return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)
 }

@@ -65,7 +65,7 @@ var drainTable = map[string][]drainCase{
 
 func TestDrainByVersion(t *testing.T) {
 	t.Parallel()
-	const drainTime = 400 * time.Millisecond
+	const drainTime = time.Second // the "at once" checks come well before it
 	for version, cases := range drainTable {
 		v, err := ParseVersion(version)
 		if err != nil {
@@ -114,13 +114,22 @@ func TestServerInfoReportsTheVersion(t *testing.T) {
 	for _, tt := range []struct {
 		v    EnvoyVersion
 		want string
-	}{{EnvoyVersion{}, "/1.37.2/"}, {EnvoyVersion{1, 31, 4}, "/1.31.4/"}, {EnvoyVersion{1, 40, 0}, "/1.40.0/"}} {
+	}{
+		{EnvoyVersion{}, "/1.37.2/"},
+		{EnvoyVersion{Major: 1, Minor: 31, Patch: 4}, "/1.31.4/"},
+		{EnvoyVersion{Major: 1, Minor: 40}, "/1.40.0/"},
+		{EnvoyVersion{Unnumbered: true}, "/custom/"}, // a build that reports no release
+	} {
 		e := startLive(t, Options{Version: tt.v})
 		a := call(t, e, "GET", "/server_info")
-		num := fmt.Sprintf("\"major_number\": 1,\n    \"minor_number\": %d,\n    \"patch\": %d\n", tt.v.orDefault().Minor, tt.v.orDefault().Patch)
+		major, minor, patch := tt.v.numbers()
+		num := fmt.Sprintf("\"major_number\": %d,\n    \"minor_number\": %d,\n    \"patch\": %d\n", major, minor, patch)
 		if !strings.Contains(a.body, `"version": "`+envoyRevision+tt.want) || !strings.Contains(a.body, num) {
 			t.Errorf("%v: /server_info lacks %s or %s:\n%s", tt.v, tt.want, num, a.body)
 		}
+	}
+	if v, err := ParseVersion("custom"); err != nil || !v.Unnumbered || !v.drainsOneDirection() {
+		t.Errorf("ParseVersion(custom) = %+v, %v; want an unnumbered build behaving as the default", v, err)
 	}
 	for _, bad := range []string{"1", "2.1", "1.x", "1.2.3.4", "v1.31"} {
 		if _, err := ParseVersion(bad); err == nil {

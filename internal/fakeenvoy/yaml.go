@@ -1,6 +1,7 @@
 package fakeenvoy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,6 +41,15 @@ func parseYAML(src string) (any, error) {
 		return nil, fmt.Errorf("line %d: unexpected %q", p.lines[p.i].n, p.lines[p.i].text)
 	}
 	return v, nil
+}
+
+// YAMLToJSON is a YAML document (as parseYAML reads it) in compact JSON.
+func YAMLToJSON(src string) ([]byte, error) {
+	v, err := parseYAML(src)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }
 
 type yamlLine struct {

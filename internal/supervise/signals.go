@@ -137,6 +137,10 @@ func (s *Supervisor) terminate(sig syscall.Signal) {
 		s.stop(name + " before the proxy was ever ready")
 		return
 	}
+	if s.cfg.Policy.Native {
+		s.nativeTerminate(name)
+		return
+	}
 	if s.drain(name, true) == nil {
 		s.log.Info("already stopping", "signal", name)
 	}

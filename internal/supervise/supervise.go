@@ -24,6 +24,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
@@ -63,6 +64,9 @@ type Config struct {
 	// HungAfter: /healthz/live fails once a proxy that was ready has not
 	// answered its admin API for this long; zero keeps it live.
 	HungAfter time.Duration
+	// TerminationLog is the file the exit's one-line summary replaces
+	// (the container's terminationMessagePath); "" writes none.
+	TerminationLog string
 
 	// Signals are the subscriptions the command made first thing
 	// (Subscribe), so that no signal of its start meets Go's default; nil:
@@ -93,7 +97,8 @@ type Supervisor struct {
 	m       *meters
 	start   time.Time
 
-	envoyPorts atomic.Pointer[[]uint16] // Envoy's listeners, learned when it is ready
+	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
+	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 
 	// Set by Run before any actor or server runs, and not changed after.
 	reaper *reaper.Reaper
@@ -139,17 +144,25 @@ func New(cfg Config) (*Supervisor, error) {
 
 // Run supervises until the proxy has exited and returns the exit code. It
 // reads the completion records first, and returns at once, without starting
-// the proxy, when they already settle the job.
+// the proxy, when they already settle the job. Its last act is the
+// lifecycle summary in the termination message file.
 func (s *Supervisor) Run() (int, error) {
-	// Signals are subscribed before anything that takes time: a signal
-	// that came before would get Go's default action, which for SIGTERM is
-	// to exit at once (2 in PID 1) and, once the proxy is forked, to leave
-	// it unsupervised.
+	// Signals are subscribed before anything that takes time, and stay
+	// subscribed while the summary is written: a signal with no
+	// subscription gets Go's default action, which for SIGTERM is to exit
+	// at once (2 in PID 1) and, once the proxy is forked, to leave it
+	// unsupervised.
 	sigs := s.cfg.Signals
 	if sigs == nil {
 		sigs = Subscribe()
 	}
 	defer sigs.Stop()
+	code, err := s.run(sigs)
+	s.writeSummary(code, err)
+	return code, err
+}
+
+func (s *Supervisor) run(sigs *Signals) (int, error) {
 	book, err := completion.Open(completion.Config{
 		Records:     peers.Open(s.cfg.ControlDir),
 		Policy:      s.cfg.Policy,
@@ -370,10 +383,12 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
+		s.life.noteReady(time.Now())
 		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
 		// Refused, and logged, when a drain or a stop came first.
 		s.life.move(Ready, "admin API says "+now.Reason)
 		go s.learnEnvoyPorts()
+		go s.learnDrainCall()
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
