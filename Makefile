@@ -65,11 +65,14 @@ test-deploy: tools
 
 # The deploy/ manifests' pods in a real kubelet (kubelettest/, its own module):
 # containerd, runc and a standalone kubelet in their own namespaces. It needs
-# root and Debian's containerd, runc and containernetworking-plugins; without
+# root and Debian's containerd, runc, containernetworking-plugins and buildah
+# (which builds images/ for its pods); without
 # them it skips with one line saying what is missing (and fails under
 # CI=true). The kubelet is built once into the user's cache (minutes cold),
 # and pilot-agent (scripts/pilot-agent.sh) too, for the scenarios that run it
-# as the supervisor's child.
+# as the supervisor's child, and the control plane of its cluster mode
+# (kube-apiserver, kube-controller-manager, kube-scheduler: about 15 minutes
+# cold on 2 busy cores) with Debian's etcd-server unpacked beside them.
 # Its output ends with a table: each scenario's result, the pod's phases,
 # the containers' exit codes and its timings. The pods mostly wait, so all
 # of them run at once.
@@ -88,7 +91,9 @@ docs:
 	mv docs/lifecycle.svg.tmp docs/lifecycle.svg
 
 # The proxy image (Istio's proxyv2 plus the binary) and the client image (the
-# binary alone), for a machine with Docker; docs/images.md. Not run in CI.
+# binary alone), for a machine with Docker; docs/images.md. test-kubelet
+# builds the same Dockerfiles with buildah (the binary and the Istio image
+# its own) and runs its pods on them.
 # ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
 REGISTRY      ?= proxy-supervisor
 ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)

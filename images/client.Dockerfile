@@ -10,6 +10,10 @@
 #
 #   docker build -f images/client.Dockerfile .
 ARG GO_VERSION=1.26
+# BINARY is where the binary comes from: the build stage below by default,
+# or an image holding it at /out/proxy-supervisor (the real-kubelet suite,
+# which builds offline, passes one with the binary it built).
+ARG BINARY=build
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
@@ -21,8 +25,10 @@ ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
     -o /out/proxy-supervisor ./cmd/proxy-supervisor
 
+FROM ${BINARY} AS binary
+
 FROM scratch
-COPY --from=build /out/proxy-supervisor /proxy-supervisor
+COPY --from=binary /out/proxy-supervisor /proxy-supervisor
 # 65532 is the conventional "nonroot" uid of distroless images; any non-root
 # uid works, since install only writes into the volume it is given.
 USER 65532:65532

@@ -17,6 +17,10 @@
 ARG ISTIO_HUB=docker.io/istio
 ARG ISTIO_VERSION=1.31.0
 ARG GO_VERSION=1.26
+# BINARY is where the binary comes from: the build stage below by default,
+# or an image holding it at /out/proxy-supervisor (the real-kubelet suite,
+# which builds offline, passes one with the binary it built).
+ARG BINARY=build
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
@@ -28,8 +32,10 @@ ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
     -o /out/proxy-supervisor ./cmd/proxy-supervisor
 
+FROM ${BINARY} AS binary
+
 FROM ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}
-COPY --from=build /out/proxy-supervisor /usr/local/bin/proxy-supervisor
+COPY --from=binary /out/proxy-supervisor /usr/local/bin/proxy-supervisor
 # No ENTRYPOINT or CMD here: the image keeps proxyv2's ENTRYPOINT,
 # pilot-agent. istio-init and istio-validation run this same image with
 # other arguments, and sidecar.istio.io/proxyImage (or global.proxy.image)

@@ -13,6 +13,22 @@
 // scripts/pilot-agent.sh (as make bench builds it), and where it does not
 // build those scenarios alone skip, loudly, or fail when CI=true.
 //
+// The cluster mode registers the same kubelet with a control plane run in
+// the node's namespaces (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, and a cluster DNS address that answers NXDOMAIN), and
+// its scenarios (TestCluster*) run the forms as Jobs and CronJobs through
+// the API, asserting what the API reports. The control plane is built into
+// the kubelet's cache (controlplane/go.mod pins it, many minutes cold) and
+// etcd is Debian's etcd-server, fetched with apt-get download and unpacked
+// beside it; where either is missing those scenarios alone skip, loudly,
+// or fail when CI=true.
+//
+// The client image (every form's install container) and the Istio image
+// are built from images/ with Debian's buildah, as users build them, with
+// the binary the suite built as BINARY and its own Istio image without the
+// supervisor as the base; TestShippedImages skips without buildah, or
+// fails when CI=true.
+//
 // It is its own Go module so that the kubelet's dependencies never reach the
 // main module's. The kubelet is built once into the user's cache
 // (kubelet/go.mod pins it), and pilot-agent beside it. The suite installs

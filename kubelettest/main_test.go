@@ -2,11 +2,13 @@ package kubelettest
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +22,10 @@ const kubeletVersion = "v1.37.2"
 // kubelet takes seconds, a pod's run as long, so the tests share it and run
 // in parallel.
 var theNode *node
+
+// theControlPlane is the cluster mode's control plane, or why there is
+// none: the cluster scenarios alone skip without it.
+var theControlPlane controlPlane
 
 // theAgent is the real pilot-agent that the Istio scenarios run, or why
 // there is none: they alone skip without it.
@@ -42,6 +48,10 @@ func testMain(m *testing.M) int {
 		fmt.Println("kubelettest:", err)
 		return 1
 	}
+	theControlPlane = buildControlPlane()
+	if theControlPlane.missing != "" {
+		fmt.Printf("kubelettest: the cluster scenarios will be SKIPPED (failed under CI=true): %s\n", theControlPlane.missing)
+	}
 	theAgent = buildPilotAgent()
 	if theAgent.missing != "" {
 		fmt.Printf("kubelettest: the pilot-agent scenarios will be SKIPPED (failed under CI=true): %s\n", theAgent.missing)
@@ -53,12 +63,16 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(filepath.Dir(images[0]))
 	fmt.Printf("kubelettest: kubelet and images ready in %s\n", time.Since(start).Round(100*time.Millisecond))
-	n, err := startNode(kubelet, images)
+	n, err := startNode(kubelet, images, theControlPlane)
 	if err != nil {
 		fmt.Println("kubelettest: starting the node:", err)
 		return 1
 	}
-	fmt.Printf("kubelettest: node up in %s (%s)\n", time.Since(start).Round(100*time.Millisecond), n.dir)
+	mode := "standalone"
+	if n.cluster != nil {
+		mode = "registered with the API server"
+	}
+	fmt.Printf("kubelettest: node up, %s, in %s (%s)\n", mode, time.Since(start).Round(100*time.Millisecond), n.dir)
 	// An interrupted run still tears the node down.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -161,22 +175,38 @@ func buildImages(agent pilotAgent) ([]string, error) {
 		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}}, []string{"/proxy-supervisor"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
 	}
+	// What the shipped images are built from: the binary and the Istio
+	// image without it.
+	base := istioHub + "/proxyv2:" + istioBaseTag
+	images = append(images, image{binaryImage, []imageFile{{bin("proxy-supervisor"), "out/proxy-supervisor"}}, nil})
 	if agent.missing == "" {
 		files, err := istioFiles(dir, bin, agent)
 		if err != nil {
 			return nil, err
 		}
 		images = append(images, image{istioImage, files, []string{"/usr/local/bin/pilot-agent"}})
+		alone := slices.DeleteFunc(slices.Clone(files), func(f imageFile) bool { return f.dst == "usr/local/bin/proxy-supervisor" })
+		images = append(images, image{base, alone, []string{"/usr/local/bin/pilot-agent"}})
 	}
-	var tars []string
+	tars := map[string]string{}
 	for i, img := range images {
 		out := filepath.Join(dir, fmt.Sprintf("image%d.tar", i))
 		if err := writeImage(out, img.name, img.files, img.entry); err != nil {
 			return nil, err
 		}
-		tars = append(tars, out)
+		tars[img.name] = out
 	}
-	return tars, nil
+	// The client and Istio images as users build them, where buildah is;
+	// else the ones made here.
+	shipped, err := buildShipped(dir, tars[binaryImage], tars[base])
+	if err != nil {
+		theShipped = err.Error()
+		fmt.Printf("kubelettest: the shipped images were not built, TestShippedImages will be SKIPPED (failed under CI=true): %s\n", theShipped)
+	}
+	maps.Copy(tars, shipped)
+	delete(tars, binaryImage)
+	delete(tars, base)
+	return slices.Sorted(maps.Values(tars)), nil
 }
 
 // image is an image's name, its files and its entrypoint.

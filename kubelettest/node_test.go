@@ -53,18 +53,25 @@ type node struct {
 	kubelet    *exec.Cmd
 	cgroupRoot string
 	client     *http.Client
+	// cluster is the control plane the kubelet is registered with, nil
+	// when the node runs without one (static pods only).
+	cluster *cluster
 }
 
 func (n *node) manifests() string { return filepath.Join(n.dir, "manifests") }
 
-// startNode starts the node. On error, what was started is stopped.
-func startNode(kubelet string, images []string) (n *node, err error) {
+// startNode starts the node, with the control plane when cp has one. On
+// error, what was started is stopped.
+func startNode(kubelet string, images []string, cp controlPlane) (n *node, err error) {
 	sweepStale()
 	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
 	n = &node{dir: dir, cgroupRoot: fmt.Sprintf("/proxy-supervisor-kubelettest-%d", os.Getpid())}
+	if cp.missing == "" {
+		n.cluster = &cluster{pki: filepath.Join(dir, "pki")}
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.logTails())
@@ -107,13 +114,24 @@ func startNode(kubelet string, images []string) (n *node, err error) {
 			return n, fmt.Errorf("import %s: %w: %s", img, err, out)
 		}
 	}
-	n.kubelet, err = n.daemon("kubelet", kubelet, "--config", filepath.Join(dir, "kubelet.yaml"),
-		"--hostname-override", nodeName, "--node-ip", nodeIP, "-v", "3")
+	args := []string{"--config", filepath.Join(dir, "kubelet.yaml"), "--hostname-override", nodeName, "--node-ip", nodeIP, "-v", "3"}
+	if n.cluster != nil {
+		if err := n.startAPIServer(cp); err != nil {
+			return n, err
+		}
+		args = append(args, n.cluster.kubeletArgs()...)
+	}
+	n.kubelet, err = n.daemon("kubelet", append([]string{kubelet}, args...)...)
 	if err != nil {
 		return n, err
 	}
 	if err := poll(60*time.Second, func() error { _, err := n.pods(); return err }); err != nil {
 		return n, fmt.Errorf("the kubelet's API does not answer: %w", err)
+	}
+	if n.cluster != nil {
+		if err := n.startControllers(cp); err != nil {
+			return n, fmt.Errorf("the cluster: %w", err)
+		}
 	}
 	return n, nil
 }
@@ -165,6 +183,9 @@ evictionHard:
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
 `, n.manifests(), criSocket, n.cgroupRoot)
+	if n.cluster != nil {
+		kubelet += n.cluster.kubeletConfig()
+	}
 	for name, data := range map[string]string{
 		"containerd.toml":             containerd,
 		"cni/10-kubelettest.conflist": cni,
@@ -331,44 +352,59 @@ func (n *node) ctr(args ...string) (string, error) {
 	return string(out), err
 }
 
-// dial connects from inside the node's network namespace: the socket is
-// made by a thread that has entered it.
+// dial connects from inside the node's network namespace.
 func (n *node) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	var c net.Conn
+	err := n.inNetns(func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// listenPacket listens inside the node's network namespace.
+func (n *node) listenPacket(network, addr string) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := n.inNetns(func() (err error) {
+		c, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return c, err
+}
+
+// inNetns calls f on a thread that has entered the node's network
+// namespace: the sockets it makes are the namespace's.
+func (n *node) inNetns(f func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		self, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer self.Close()
 		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", n.holder.Process.Pid))
 		if err != nil {
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer ns.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, fmt.Errorf("setns: %w", err)}
+			ch <- fmt.Errorf("setns: %w", err)
 			runtime.UnlockOSThread()
 			return
 		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
+		err = f()
 		// A thread left in the node's namespace must not serve other
 		// goroutines: it stays locked and ends with this one.
 		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{c, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
 // pods is the kubelet's own view of its pods.
@@ -394,6 +430,9 @@ func (n *node) pods() ([]corev1.Pod, error) {
 func (n *node) stop() error {
 	var errs []error
 	if n.holder != nil && n.holder.Process != nil {
+		if n.cluster != nil {
+			errs = append(errs, n.stopControllers())
+		}
 		if n.kubelet != nil {
 			n.removeAllPods()
 			errs = append(errs, stopProcess(n.kubelet, 10*time.Second))
@@ -405,6 +444,9 @@ func (n *node) stop() error {
 				}
 			}
 			errs = append(errs, stopProcess(n.containerd, 10*time.Second))
+		}
+		if n.cluster != nil {
+			errs = append(errs, n.stopAPIServer())
 		}
 		errs = append(errs, n.killLeftovers())
 		n.holder.Process.Kill() //nolint:errcheck // may be gone
@@ -529,7 +571,7 @@ func alive(pid int) error {
 // logTails is the end of each daemon's log, for a failure's message.
 func (n *node) logTails() error {
 	var b strings.Builder
-	for _, name := range []string{"holder", "containerd", "kubelet"} {
+	for _, name := range []string{"holder", "etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler"} {
 		data, err := os.ReadFile(filepath.Join(n.dir, name+".log"))
 		if err != nil {
 			continue

@@ -40,26 +40,40 @@ func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 // istio-proxy (image auto) becomes the real pilot-agent (istioProxy).
 func fromDeploy(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "deploy", manifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, _, _ := strings.Cut(string(data), "\n---\n")
 	var obj struct {
 		Spec struct {
 			Template corev1.PodTemplateSpec `json:"template"`
 		} `json:"spec"`
 	}
 	// Jobs and Deployments alike: the pod is spec.template.
-	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-		t.Fatalf("%s: %v", manifest, err)
-	}
+	readDeploy(t, manifest, &obj)
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: obj.Spec.Template.ObjectMeta,
 		Spec:       obj.Spec.Template.Spec,
 	}
 	pod.Name, pod.Namespace = name, "default"
+	adaptPod(t, pod, app...)
+	return pod
+}
+
+// readDeploy reads the first object of a manifest under deploy/ into obj.
+func readDeploy(t *testing.T, manifest string, obj any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "deploy", manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _, _ := strings.Cut(string(data), "\n---\n")
+	if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+}
+
+// adaptPod adapts a deploy/ form's pod to the node (see fromDeploy).
+func adaptPod(t *testing.T, pod *corev1.Pod, app ...string) {
+	t.Helper()
+	name := pod.Name
 	pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil })
 	adapt := func(c *corev1.Container) {
 		c.ImagePullPolicy = corev1.PullNever
@@ -92,7 +106,6 @@ func fromDeploy(t *testing.T, manifest, name string, app ...string) *corev1.Pod 
 	for i := range pod.Spec.Containers {
 		adapt(&pod.Spec.Containers[i])
 	}
-	return pod
 }
 
 // beforeDashes is argv up to and including "--".

@@ -7,7 +7,9 @@
 //	fail-once FILE N   exit N unless FILE exists, creating it first
 //	exit N             exit N
 //	sleep D            sleep for the duration D
-//	serve ADDR         serve HTTP on ADDR until SIGTERM, then close it and go on
+//	serve ADDR         serve HTTP on ADDR until SIGTERM, then stop accepting,
+//	                   finish the requests in flight and go on; a request's
+//	                   ?delay=D is answered after D, as a request that works
 //	listen ADDR        hold a listener on ADDR and ignore SIGTERM, forever
 package main
 
@@ -120,7 +122,12 @@ func serve(addr string) (int, error) {
 		return 1, err
 	}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello from the app\n") }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil && d > 0 {
+				time.Sleep(min(d, 10*time.Second))
+			}
+			io.WriteString(w, "hello from the app\n")
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	done := make(chan error, 1)

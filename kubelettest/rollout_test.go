@@ -1,0 +1,309 @@
+package kubelettest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// proxyForm is how a rollout's pods run their proxy.
+type proxyForm string
+
+const (
+	// classic is deployment.yaml as shipped: the supervisor in a regular
+	// container, its postStart and preStop hooks.
+	classic proxyForm = "classic"
+	// native is deployment.yaml with the proxy as a native sidecar, as
+	// job-native-sidecar.yaml has it (its postStart wait, no startupProbe).
+	native proxyForm = "native"
+	// pilotAgentOnly is the baseline: Istio's sidecar as Istio runs it
+	// without this project, pilot-agent the entrypoint with its default
+	// termination drain (5 s), no hook.
+	pilotAgentOnly proxyForm = "pilot-agent"
+)
+
+// envoyConfigOnce creates deploy/envoy-sidecar/envoy-config.yaml's
+// ConfigMap, which the fake Envoy reads as Envoy would: its listener
+// forwards to the app.
+var envoyConfigOnce sync.Once
+
+func (c *cluster) envoyConfig(t *testing.T) {
+	t.Helper()
+	var err error
+	envoyConfigOnce.Do(func() {
+		var cm corev1.ConfigMap
+		readDeploy(t, "envoy-sidecar/envoy-config.yaml", &cm)
+		cm.Namespace = "default"
+		_, err = c.client.CoreV1().ConfigMaps("default").Create(context.Background(), &cm, metav1.CreateOptions{})
+	})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// deploymentFrom is deploy/envoy-sidecar/deployment.yaml named name, with
+// replicas pods, in the form given, its app `podapp serve` listening after
+// startup and kept serving preStop after the deletion (the form's `sleep
+// 5`, or longer).
+func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, startup, preStop time.Duration) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	readDeploy(t, "envoy-sidecar/deployment.yaml", &d)
+	d.Name, d.Namespace = name, "default"
+	d.Spec.Replicas = &replicas
+	labels := map[string]string{"app": name}
+	d.Spec.Selector.MatchLabels, d.Spec.Template.Labels = labels, labels
+	spec := &d.Spec.Template.Spec
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			c.ImagePullPolicy = corev1.PullNever
+			switch {
+			case strings.HasPrefix(c.Image, "envoyproxy/envoy"):
+				// The fake Envoy reads the form's own bootstrap.
+				c.Image = envoyImage
+				i := slices.Index(c.Command, "--")
+				if i < 0 || c.Command[i+1] != "envoy" {
+					t.Fatalf("the proxy's command is not `... -- envoy ...`: %q", c.Command)
+				}
+				c.Command[i+1] = "/fake-envoy"
+			case strings.HasPrefix(c.Image, "busybox"):
+				c.Image = appImage
+				c.Command = []string{"/podapp", "sleep", startup.String(), "serve", "127.0.0.1:8080"}
+				c.Lifecycle.PreStop.Exec.Command = []string{"/podapp", "sleep", preStop.String()}
+			}
+		}
+	}
+	switch form {
+	case native:
+		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
+		envoy := spec.Containers[i]
+		spec.Containers = slices.Delete(spec.Containers, i, i+1)
+		envoy.RestartPolicy = ref(corev1.ContainerRestartPolicyAlways)
+		envoy.StartupProbe = nil // as job-native-sidecar.yaml: its postStart wait holds the app
+		dashes := slices.Index(envoy.Command, "--")
+		envoy.Command = slices.Insert(envoy.Command, dashes, "--native-sidecar")
+		spec.InitContainers = append(spec.InitContainers, envoy)
+	case pilotAgentOnly:
+		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
+		pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: *spec}
+		c := &corev1.Container{Name: "istio-proxy", Image: "auto", Ports: spec.Containers[i].Ports}
+		// What Istio's injector gives a sidecar: its probes on pilot-agent's
+		// status port, no hook.
+		probe := func() *corev1.Probe {
+			return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz/ready", Port: intstr.FromInt32(15021)}}}
+		}
+		c.StartupProbe, c.ReadinessProbe = probe(), probe()
+		istioProxy(t, pod, c)
+		c.ImagePullPolicy = corev1.PullNever
+		for j, e := range c.Env {
+			if e.Name == "FAKE_ENVOY_FLAGS" {
+				c.Env[j].Value = "--config-yaml " + inboundToApp(t)
+			}
+		}
+		pod.Spec.Containers[i] = *c
+		// Nothing of this project's: no install, no control volume.
+		pod.Spec.InitContainers = nil
+		pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "bin" || v.Name == "control" || v.Name == "envoy-config"
+		})
+		*spec = pod.Spec
+	}
+	return &d
+}
+
+// inboundToApp is the bootstrap part that Istio's xDS would give the
+// baseline's Envoy: an inbound listener on :8000 forwarding to the app on
+// 127.0.0.1:8080, as compact JSON (which is YAML) for FAKE_ENVOY_FLAGS,
+// which is split at spaces.
+func inboundToApp(t *testing.T) string {
+	t.Helper()
+	addr := func(host string, port int) map[string]any {
+		return map[string]any{"socket_address": map[string]any{"address": host, "port_value": port}}
+	}
+	cfg := map[string]any{"static_resources": map[string]any{
+		"listeners": []any{map[string]any{
+			"name": "inbound", "address": addr("0.0.0.0", 8000), "traffic_direction": "INBOUND",
+			"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
+				"name": "envoy.filters.network.http_connection_manager",
+				"typed_config": map[string]any{
+					"@type":        "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+					"stat_prefix":  "inbound",
+					"http_filters": []any{map[string]any{"name": "envoy.filters.http.router"}},
+					"route_config": map[string]any{"virtual_hosts": []any{map[string]any{
+						"name": "app", "domains": []string{"*"},
+						"routes": []any{map[string]any{"match": map[string]any{"prefix": "/"}, "route": map[string]any{"cluster": "inbound-app"}}},
+					}}},
+				},
+			}}}},
+		}},
+		"clusters": []any{map[string]any{
+			"name": "inbound-app", "type": "STATIC", "connect_timeout": "1s",
+			"load_assignment": map[string]any{"cluster_name": "inbound-app", "endpoints": []any{map[string]any{
+				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": addr("127.0.0.1", 8080)}}},
+			}}},
+		}},
+	}}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// rolledOut is nil once the Deployment's every pod is of its latest
+// template, available, and no pod of an older one is left, terminating or
+// not.
+func (c *cluster) rolledOut(ctx context.Context, name string) error {
+	d, err := c.client.AppsV1().Deployments("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	want := *d.Spec.Replicas
+	s := d.Status
+	if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
+		return fmt.Errorf("Deployment %s: generation %d observed %d, updated %d available %d of %d", name, d.Generation, s.ObservedGeneration, s.UpdatedReplicas, s.AvailableReplicas, want)
+	}
+	pods, err := c.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return err
+	}
+	if n := len(pods.Items); n != int(want) {
+		return fmt.Errorf("Deployment %s: %d pods, want %d", name, n, want)
+	}
+	return nil
+}
+
+// roll restarts the Deployment's pods, as `kubectl rollout restart` does.
+func (c *cluster) roll(ctx context.Context, name string, n int) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubelettest/roll":"%d"}}}}}`, n)
+	_, err := c.client.AppsV1().Deployments("default").Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// A Deployment of three replicas behind a Service, under a steady load
+// from a mesh client that follows the Service's ready endpoints, rolled
+// twice: every request is counted. The app keeps serving for its preStop
+// (the form's 5 s, or 8 s: longer than Istio's 5 s termination drain, with
+// some requests that take 6 s in flight), then stops accepting and
+// finishes what is in flight. This project's forms, classic and native,
+// lose none; the baseline's losses are reported beside them.
+func TestClusterRollout(t *testing.T) {
+	t.Parallel()
+	needCluster(t)
+	for _, tc := range []struct {
+		name    string
+		form    proxyForm
+		startup time.Duration // before the app listens
+		preStop time.Duration
+		slow    bool // every tenth request takes 6s
+	}{
+		{"roll-classic", classic, 0, 5 * time.Second, false},
+		{"roll-native", native, 0, 5 * time.Second, false},
+		{"roll-classic-long", classic, 0, 8 * time.Second, true},
+		{"roll-native-long", native, 0, 8 * time.Second, true},
+		// The app listens 3 s after it starts: the form's readiness probe
+		// on the app keeps it out of the endpoints until then (without
+		// it, 204 of 1072 requests failed with 503).
+		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false},
+		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false},
+		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.form == pilotAgentOnly {
+				needPilotAgent(t)
+			}
+			theReport.of(t)
+			c := theNode.cluster
+			ctx := context.Background()
+			c.envoyConfig(t)
+			d := deploymentFrom(t, tc.name, 3, tc.form, tc.startup, tc.preStop)
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "default"},
+				Spec: corev1.ServiceSpec{Selector: d.Spec.Selector.MatchLabels,
+					Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8000)}}},
+			}
+			if _, err := c.client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				c.client.AppsV1().Deployments("default").Delete(ctx, tc.name, metav1.DeleteOptions{}) //nolint:errcheck
+				c.client.CoreV1().Services("default").Delete(ctx, tc.name, metav1.DeleteOptions{})    //nolint:errcheck
+			})
+			if err := poll(3*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
+				t.Fatalf("not available after 3m: %v", err)
+			}
+			path := func(i int) string {
+				if tc.slow && i%10 == 5 {
+					return "/app?delay=6s"
+				}
+				return "/app?delay=20ms"
+			}
+			l := newLoad(c, tc.name, 8000, 25*time.Millisecond, path)
+			wctx, stopWatch := context.WithCancel(ctx)
+			defer stopWatch()
+			go l.watch(wctx)
+			if err := poll(time.Minute, func() error {
+				if n := len(l.ready()); n != 3 {
+					return fmt.Errorf("%d ready endpoints", n)
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("the Service's endpoints: %v", err)
+			}
+			lctx, stopLoad := context.WithCancel(ctx)
+			loaded := make(chan struct{})
+			go func() { l.run(lctx); close(loaded) }()
+			// Under way: some requests answered before the first roll.
+			if err := poll(30*time.Second, func() error {
+				if _, ok, _ := l.counts(); ok < 40 {
+					return errNotYet
+				}
+				return nil
+			}); err != nil {
+				stopLoad()
+				t.Fatalf("the load gets no answers: %v", l.examples)
+			}
+			start := time.Now()
+			for roll := 1; roll <= 2; roll++ {
+				if err := c.roll(ctx, tc.name, roll); err != nil {
+					t.Fatal(err)
+				}
+				if err := poll(5*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
+					stopLoad()
+					t.Fatalf("roll %d not done after 5m: %v", roll, err)
+				}
+			}
+			took := time.Since(start)
+			theReport.phase(t, "rolled twice")
+			stopLoad()
+			<-loaded
+			sent, ok, _ := l.counts()
+			failed, kinds := l.failed()
+			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s",
+				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond))
+			for _, e := range l.examples {
+				t.Logf("  failed: %s", e)
+			}
+			if tc.form != pilotAgentOnly && failed > 0 {
+				t.Fatalf("%d of %d requests failed during the rollout", failed, sent)
+			}
+		})
+	}
+}
