@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // outbound is an HTTP listener of the fake Envoy that the drain leaves
@@ -31,6 +33,15 @@ func (p *pod) upload(d time.Duration) <-chan uploaded {
 		out <- uploaded{code, err, time.Now()}
 	}()
 	return out
+}
+
+// envoyStat waits until the fake Envoy's stat (a gauge) reads n.
+func (p *pod) envoyStat(stat string, n int) {
+	p.t.Helper()
+	proctest.Eventually(p.t, soon, fmt.Sprintf("Envoy's %s at %d", stat, n), func() bool {
+		_, body := p.get("http://127.0.0.1:15000/stats?filter=" + stat)
+		return strings.Contains(body, fmt.Sprintf("%s: %d\n", stat, n))
+	})
 }
 
 func (p *pod) post(d time.Duration) (int, error) {
@@ -168,7 +179,7 @@ func TestSigtermAfterPrestopWaitsForTheUpload(t *testing.T) {
 		t.Fatal("prestop failed")
 	}
 	up := p.upload(1500 * time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // the upload is under way
+	p.envoyStat("http.outbound.downstream_rq_active", 1) // the upload is under way
 	sup.signal(syscall.SIGTERM)
 	outlives(t, sup, up)
 }

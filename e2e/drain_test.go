@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // prestop runs the preStop hook in the background.
@@ -87,12 +85,7 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// Envoy has accepted it: its stats count it.
-	const active = "listener.127.0.0.1_9000.downstream_cx_active"
-	proctest.Eventually(t, soon, "the connection counted by Envoy", func() bool {
-		_, body := p.get("http://127.0.0.1:15000/stats?filter=" + active)
-		return strings.Contains(body, active+": 1\n")
-	})
+	p.envoyStat("listener.127.0.0.1_9000.downstream_cx_active", 1) // Envoy has accepted it
 	hook := p.prestop()
 	// Envoy's own listener on 9000 is not the app's; only the connection
 	// holds the drain.

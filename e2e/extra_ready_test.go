@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // agentReady serves a pilot-agent-like /healthz/ready on 127.0.0.1:15020 in
@@ -39,12 +41,13 @@ func TestExtraReadyURL(t *testing.T) {
 	sup.waitLog("proxy started", soon)
 	app := p.app("app", []string{"--timeout", "30s"}, "echo app started; exit 0")
 	body := p.waitHTTP(readyURL, 503, soon)
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	proctest.Until(time.Second, func() bool {
 		if strings.Contains(body, "DNS proxy not ready") {
-			break
+			return true
 		}
 		_, body = p.get(readyURL)
-	}
+		return false
+	})
 	if !strings.Contains(body, "15020") || !strings.Contains(body, "DNS proxy not ready") {
 		t.Fatalf("readiness 503 without the extra URL's reason: %q", body)
 	}

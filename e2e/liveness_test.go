@@ -12,7 +12,7 @@ const liveURL = "http://127.0.0.1:15022/healthz/live"
 // stays asserts that url answers want on every probe for d.
 func (p *pod) stays(url string, want int, d time.Duration) {
 	p.t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) { // a probe every 50 ms: the span is the claim
 		if code, body := p.get(url); code != want {
 			p.t.Fatalf("%s answered %d %q, want %d throughout", url, code, body, want)
 		}

@@ -43,7 +43,7 @@ func cpuShare(tb testing.TB, pid int, d time.Duration) float64 {
 		tb.Fatal(err)
 	}
 	t0 := time.Now()
-	time.Sleep(d)
+	time.Sleep(d) // the span measured
 	c1, err := procCPU(pid)
 	if err != nil {
 		tb.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // asUID runs fn on a thread of its own whose uid, gid and groups are uid's
@@ -68,23 +69,19 @@ func setpriv(uid int, argv ...string) []string {
 // this (root) process.
 func waitServing(t *testing.T, p *pod, sup *proc) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var err error
+	proctest.Until(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := control.NewClient(p.dir).Status(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-sup.done:
-			t.Fatalf("supervisor exited (%d) before serving", sup.code)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control socket never answered: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer cancel()
+		_, err = control.NewClient(p.dir).Status(ctx)
+		return err == nil || sup.wait(0)
+	})
+	switch {
+	case err == nil:
+	case sup.wait(0):
+		t.Fatalf("supervisor exited (%d) before serving", sup.code)
+	default:
+		t.Fatalf("control socket never answered: %v", err)
 	}
 }
 

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // The ready mark cannot be faked with a stale socket. In Istio's layout
@@ -38,11 +39,7 @@ func TestStaleReadyMarkCannotBeSwappedIn(t *testing.T) {
 	marked := func() bool {
 		return unix.Lstat(filepath.Join(sock, "control.sock"), &st) == nil && st.Mode&unix.S_ISVTX != 0
 	}
-	for deadline := time.Now().Add(soon); !marked(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the ready supervisor's socket never carried the mark")
-		}
-	}
+	proctest.Eventually(t, soon, "the ready supervisor's socket marked", marked)
 	old.signal(syscall.SIGKILL)
 	old.exit(soon)
 	stale := filepath.Join(p.dir, "stale")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // A supervisor whose stderr nobody reads (a stalled pipe) still acts on
@@ -78,15 +80,12 @@ func TestSigtermAfterAStormWithAStalledLog(t *testing.T) {
 // are the same process once nsenter has entered the namespace.
 func supervisorPid(t *testing.T, pid int) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-		if err == nil && exe == bin.supervisor {
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d is %q, not the supervisor", pid, exe)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var exe string
+	if !proctest.Until(5*time.Second, func() bool {
+		exe, _ = os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		return exe == bin.supervisor
+	}) {
+		t.Fatalf("pid %d is %q, not the supervisor", pid, exe)
 	}
+	return pid
 }

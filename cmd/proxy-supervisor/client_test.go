@@ -114,7 +114,7 @@ type slowSecondPoll struct{ polls atomic.Int32 }
 func (b *slowSecondPoll) WaitReady(ctx context.Context) (bool, string) {
 	<-ctx.Done()
 	if b.polls.Add(1) > 1 {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // past the client's deadline: the scenario
 	}
 	return false, "Envoy is INITIALIZING"
 }

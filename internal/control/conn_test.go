@@ -233,9 +233,7 @@ func TestClose(t *testing.T) {
 		}()
 		// The job's end races ahead of the answer: Close has ended the
 		// long poll and the idle connection before the 202 is written.
-		for deadline := time.Now().Add(5 * time.Second); openConns(s) > 1 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		proctest.Until(5*time.Second, func() bool { return openConns(s) <= 1 })
 	}
 	done, doner := dial(t, s)
 	resp, body := ask(t, done, doner, "POST /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -5,8 +5,8 @@
 // no sooner than a minimum and no later than a bound.
 //
 // A Drain knows nothing of the supervisor's lifecycle: its admin client, its
-// scanner of listening sockets, its clock and a count of the peers still
-// running are passed in, and whoever runs it decides what its end means.
+// scanner of listening sockets, its clock and timer and a count of the peers
+// still running are passed in, and whoever runs it decides what its end means.
 package drain
 
 import (
@@ -111,8 +111,9 @@ type Config struct {
 	// /drain_listeners retried, Quiet how long the condition must hold;
 	// zero means the defaults.
 	Tick, WatchedTick, StatsEvery, Progress, Quiet time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the drain's time, its reading and its timer; nil means the
+	// system's.
+	Clock Clock
 
 	Log *slog.Logger
 }
@@ -167,6 +168,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 
 type drainer struct {
 	cfg     Config
+	clock   Clock
 	now     func() time.Time
 	exclude []uint16
 
@@ -190,11 +192,11 @@ func newDrainer(cfg Config) *drainer {
 	if cfg.Quiet <= 0 {
 		cfg.Quiet = DefaultQuiet
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
 	}
-	return &drainer{cfg: cfg, now: now, exclude: cfg.Owner.QuietPorts()}
+	return &drainer{cfg: cfg, clock: clock, now: clock.Now, exclude: cfg.Owner.QuietPorts()}
 }
 
 // callCtx bounds one admin call by adminCallMax and by the drain's deadline.
@@ -231,7 +233,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		defer w.Close()
 		scan, closed = w, w.Closed()
 	}
-	timer := time.NewTimer(d.cfg.Tick)
+	timer := d.clock.NewTimer(d.cfg.Tick)
 	defer timer.Stop()
 	var lastLog, lastStats, lastDrainTry, quietSince time.Time
 	var st state
@@ -305,7 +307,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 // was less than a Tick ago: an app that churns sockets it never connects
 // must not make the drain scan flat out. It returns the Watch's channel,
 // nil once it can tell no more.
-func (d *drainer) await(timer *time.Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
+func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
 	due := d.now().Add(sleep)
 	timer.Reset(sleep)
 	deferred := false // the timer is a close's, put off
@@ -313,7 +315,7 @@ func (d *drainer) await(timer *time.Timer, sleep time.Duration, settled, closed 
 		select {
 		case <-settled:
 			return closed
-		case <-timer.C:
+		case <-timer.C():
 			if deferred {
 				d.lastClose = d.now()
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 type quietAdmin struct{}
@@ -36,14 +35,16 @@ func (s *listeningApp) Listening() ([]portwatch.Socket, error) {
 // second; the reaction to the port's close is then one tick, 40 ms, on top
 // of the quiet period.
 func TestDefaultPacingWhileAppListens(t *testing.T) {
-	app := &listeningApp{}
+	app, clock := &listeningApp{}, newClock()
 	const wait = time.Second
-	r := Run(Config{Admin: quietAdmin{}, Scanner: app, Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: wait,
-		Log: slog.New(slog.DiscardHandler)}, nil, nil)
-	if r.End != TimedOut {
+	res := start(Config{Admin: quietAdmin{}, Scanner: app, Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: wait,
+		Clock: clock, Log: slog.New(slog.DiscardHandler)}, nil)
+	clock.advance(t, wait)
+	if r := within(t, res, 5*time.Second); r.End != TimedOut {
 		t.Fatalf("drain ended %s, want timeout", r.End)
 	}
-	if n, most := app.scans.Load(), int64(wait/(40*time.Millisecond))+2; n > most {
+	// One scan at the start, then one a tick.
+	if n, most := app.scans.Load(), int64(wait/(40*time.Millisecond))+1; n > most {
 		t.Errorf("%d scans in %v, want at most %d", n, wait, most)
 	}
 	if DefaultTick > 40*time.Millisecond {
@@ -71,27 +72,27 @@ func (w *fakeWatch) Listening() ([]portwatch.Socket, error) {
 func (w *fakeWatch) Closed() <-chan struct{} { return w.closed }
 func (w *fakeWatch) Close()                  { w.shut.Store(true) }
 
-func watched(w *fakeWatch, timeout time.Duration) Config {
+func watched(w *fakeWatch, clock *fakeClock, timeout time.Duration) Config {
 	return Config{Admin: quietAdmin{}, Scanner: &listeningApp{}, Watch: func() Watch { return w },
-		Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: timeout, Log: slog.New(slog.DiscardHandler)}
+		Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: timeout, Clock: clock, Log: slog.New(slog.DiscardHandler)}
 }
 
 // TestWatchedPacingWhileAppListens: with a Watch to report the app's close,
 // a drain waiting on a listening app scans only every WatchedTick (the
 // Watch stands in for the Scanner), and still stops at its bound.
 func TestWatchedPacingWhileAppListens(t *testing.T) {
-	w := newFakeWatch(8080)
+	w, clock := newFakeWatch(8080), newClock()
 	const wait = time.Second
-	r := Run(watched(w, wait), nil, nil)
+	res := start(watched(w, clock, wait), nil)
+	clock.advance(t, wait)
+	r := within(t, res, 5*time.Second)
 	if r.End != TimedOut {
 		t.Fatalf("drain ended %s, want timeout", r.End)
 	}
-	if n, most := w.scans.Load(), int64(wait/DefaultWatchedTick)+2; n > most {
+	if n, most := w.scans.Load(), int64(wait/DefaultWatchedTick)+1; n > most {
 		t.Errorf("%d scans in %v, want at most %d", n, wait, most)
 	}
-	if r.Took > wait+100*time.Millisecond {
-		t.Errorf("took %v, past its bound of %v", r.Took, wait)
-	}
+	took(t, r, wait, wait)
 	if !w.shut.Load() {
 		t.Error("the Watch was left open")
 	}
@@ -100,40 +101,52 @@ func TestWatchedPacingWhileAppListens(t *testing.T) {
 	}
 }
 
-// A close the Watch reports is seen at once, not at the next WatchedTick.
+// A close the Watch reports is seen at once, not at the next WatchedTick:
+// the drain scans again though its clock has not moved.
 func TestWatchedCloseSeenAtOnce(t *testing.T) {
-	w := newFakeWatch(8080)
-	cfg := watched(w, 20*time.Second)
+	w, clock := newFakeWatch(8080), newClock()
+	cfg := watched(w, clock, 20*time.Second)
 	cfg.WatchedTick = time.Hour
 	res := start(cfg, nil)
-	proctest.Eventually(t, 5*time.Second, "the first scan", func() bool { return w.scans.Load() > 0 })
+	clock.checks(t, 1)
 	w.fakeScanner.close()
 	w.closed <- struct{}{}
-	if r := within(t, res, 5*time.Second); r.End != Drained {
+	clock.checks(t, 2)
+	if n := w.scans.Load(); n != 2 {
+		t.Fatalf("%d scans; want a second one at the close", n)
+	}
+	clock.advance(t, DefaultQuiet)
+	r := within(t, res, 5*time.Second)
+	if r.End != Drained {
 		t.Fatalf("end %q", r.End)
 	}
+	took(t, r, DefaultQuiet, DefaultQuiet)
 }
 
 // A Watch that can tell no more (its channel closed) leaves the drain
 // polling every Tick.
 func TestWatchThatStopsTellingIsPolled(t *testing.T) {
-	w := newFakeWatch(8080)
-	cfg := watched(w, 20*time.Second)
-	cfg.WatchedTick, cfg.Tick = time.Hour, time.Millisecond
+	w, clock := newFakeWatch(8080), newClock()
+	cfg := watched(w, clock, 20*time.Second)
+	cfg.WatchedTick = time.Hour
 	res := start(cfg, nil)
-	proctest.Eventually(t, 5*time.Second, "the first scan", func() bool { return w.scans.Load() > 0 })
+	clock.checks(t, 1)
 	close(w.closed)
+	clock.checks(t, 2)
 	w.fakeScanner.close() // unreported
-	if r := within(t, res, 5*time.Second); r.End != Drained {
+	clock.advance(t, DefaultTick+DefaultQuiet)
+	r := within(t, res, 5*time.Second)
+	if r.End != Drained {
 		t.Fatalf("end %q", r.End)
 	}
+	took(t, r, DefaultTick+DefaultQuiet, DefaultTick+DefaultQuiet)
 }
 
 // An app that churns sockets it never connects makes the kernel report a
 // destroyed socket without a peer port again and again: the drain acts on
 // those reports no more often than every Tick.
 func TestWatchedChurnScansAtMostEveryTick(t *testing.T) {
-	w := newFakeWatch(8080)
+	w, clock := newFakeWatch(8080), newClock()
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -146,7 +159,9 @@ func TestWatchedChurnScansAtMostEveryTick(t *testing.T) {
 		}
 	}()
 	const wait = time.Second
-	if r := Run(watched(w, wait), nil, nil); r.End != TimedOut {
+	res := start(watched(w, clock, wait), nil)
+	clock.advance(t, wait)
+	if r := within(t, res, 5*time.Second); r.End != TimedOut {
 		t.Fatalf("drain ended %s, want timeout", r.End)
 	}
 	if n, most := w.scans.Load(), int64(wait/DefaultTick+wait/DefaultWatchedTick)+2; n > most {

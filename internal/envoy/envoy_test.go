@@ -108,6 +108,15 @@ func TestTrackerNoticesDeath(t *testing.T) {
 // Envoy.
 func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{})
+	// A silent admin API's every request is cut at its Timeout, and its
+	// connection with it: the dials count the requests.
+	a.Timeout = 250 * time.Millisecond
+	var dials atomic.Int32
+	dial := a.client.Dial
+	a.client.Dial = func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx)
+	}
 	tr := track(t, a, false)
 	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
 	if err := a.Post(context.Background(), "/healthcheck/fail"); err != nil {
@@ -125,7 +134,10 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	e.SetSilent(true)
 	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return strings.HasPrefix(s.Reason, "admin API does not answer") })
 	last := tr.LastAnswer()
-	time.Sleep(200 * time.Millisecond) // several polls, none answered
+	polls := dials.Load()
+	proctest.Eventually(t, 5*time.Second, "a request to the silent admin API cut, and another sent", func() bool {
+		return dials.Load() >= polls+2
+	})
 	if got := tr.LastAnswer(); !got.Equal(last) {
 		t.Fatalf("the last answer moved from %v to %v while the admin API was silent", last, got)
 	}

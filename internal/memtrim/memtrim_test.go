@@ -2,8 +2,11 @@ package memtrim
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 var sink [][]byte
@@ -28,18 +31,27 @@ func TestReleasesFreeHeapAfterBurst(t *testing.T) {
 	stop := Start(10*time.Millisecond, DefaultSlack)
 	defer stop()
 	floor := DefaultSlack + uint64(runtime.GOMAXPROCS(0))*pageCache
-	deadline := time.Now().Add(5 * time.Second)
-	for Free(sample) > floor {
-		if time.Now().After(deadline) {
-			t.Fatalf("still %d free bytes resident after 5 s", Free(sample))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !proctest.Until(5*time.Second, func() bool { return Free(sample) <= floor }) {
+		t.Fatalf("still %d free bytes resident after 5 s", Free(sample))
 	}
 }
 
+// forcedGCs counts the collections forced so far (runtime.GC and
+// debug.FreeOSMemory): two a trim.
+func forcedGCs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
 func TestStopWaits(t *testing.T) {
+	// Free heap for the first checks to trim, with a slack of 0.
+	sink = append(sink, make([]byte, 1<<20))
+	sink = nil
+	runtime.GC()
+	before := forcedGCs()
 	stop := Start(time.Millisecond, 0)
-	time.Sleep(5 * time.Millisecond) // a few checks under way
+	proctest.Eventually(t, 5*time.Second, "a trim under way", func() bool { return forcedGCs() > before })
 	stopped := make(chan struct{})
 	go func() {
 		stop()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
@@ -70,35 +71,53 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
-// The stop sequence: Quit first; a proxy that ignores it gets SIGTERM after
-// the grace; one that ignores that too gets SIGKILL at the timeout.
+// The stop sequence: Quit first, bounded by the grace; a proxy that ignores
+// it gets SIGTERM when the grace has passed; one that ignores that too gets
+// SIGKILL at the stop timeout, counted from the stop request. The times are
+// real (a real process is signalled), so each bound is checked on both
+// sides with a slack smaller than the grace, which is what a bound counted
+// from the wrong moment would be off by.
 func TestStopEscalates(t *testing.T) {
+	const (
+		grace   = 500 * time.Millisecond
+		timeout = 1500 * time.Millisecond
+		slack   = 400 * time.Millisecond // a loaded machine's lag; below grace
+	)
 	var (
-		mu    sync.Mutex
-		sent  []syscall.Signal
-		quits int
+		mu     sync.Mutex
+		sent   []syscall.Signal
+		at     []time.Duration
+		quits  int
+		quitAt time.Duration
+		began  time.Time
 	)
 	p := run(t, Config{
 		// A shell that ignores TERM, as a hung proxy would.
 		Command: []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"},
-		Quit: func(context.Context) error {
+		// An admin API that accepts and never answers.
+		Quit: func(ctx context.Context) error {
+			<-ctx.Done()
 			mu.Lock()
 			defer mu.Unlock()
 			quits++
-			return errors.New("admin API gone")
+			quitAt = time.Since(began)
+			return ctx.Err()
 		},
-		QuitGrace:   50 * time.Millisecond,
-		StopTimeout: 300 * time.Millisecond,
+		QuitGrace:   grace,
+		StopTimeout: timeout,
 		Escalated: func(sig syscall.Signal) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent = append(sent, sig)
+			at = append(at, time.Since(began))
 		},
 	})
 	if st, _ := p.State(); st != Running {
 		t.Fatalf("state %v after Start", st)
 	}
-	began := time.Now()
+	mu.Lock()
+	began = time.Now()
+	mu.Unlock()
 	if !p.Stop("test") {
 		t.Fatal("Stop of a running proxy did not start the sequence")
 	}
@@ -108,17 +127,27 @@ func TestStopEscalates(t *testing.T) {
 	if st, why := p.State(); st != Stopping || why != "test" {
 		t.Errorf("state %v (%q); want stopping (test)", st, why)
 	}
-	e := waitExit(t, p, 5*time.Second)
-	if took := time.Since(began); took < 300*time.Millisecond {
-		t.Errorf("exited after %v, before the stop timeout", took)
-	}
+	e := waitExit(t, p, timeout+5*time.Second)
 	if e.Code() != 137 {
 		t.Errorf("exit %v; want killed by SIGKILL", e)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if quits != 1 || len(sent) != 2 || sent[0] != syscall.SIGTERM || sent[1] != syscall.SIGKILL {
-		t.Errorf("quits %d, signals %v; want one quit, then SIGTERM and SIGKILL", quits, sent)
+		t.Fatalf("quits %d, signals %v; want one quit, then SIGTERM and SIGKILL", quits, sent)
+	}
+	for _, b := range []struct {
+		what   string
+		at     time.Duration
+		lo, hi time.Duration
+	}{
+		{"the quit request given up", quitAt, grace, grace + slack},
+		{"SIGTERM", at[0], grace, grace + slack},
+		{"SIGKILL", at[1], timeout, timeout + slack},
+	} {
+		if b.at < b.lo || b.at > b.hi {
+			t.Errorf("%s %v after the stop request; want %v to %v", b.what, b.at, b.lo, b.hi)
+		}
 	}
 	if st, _ := p.State(); st != Exited {
 		t.Errorf("state %v after the exit", st)
@@ -155,11 +184,7 @@ func TestWaitKillsTheGroup(t *testing.T) {
 	if e := waitExit(t, p, 5*time.Second); e.Code() != 3 {
 		t.Fatalf("exit %v", e)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(-p.Pid(), 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the leader's child outlived it")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	proctest.Eventually(t, 5*time.Second, "the leader's child killed", func() bool {
+		return syscall.Kill(-p.Pid(), 0) != nil
+	})
 }
