@@ -40,14 +40,20 @@ type Request struct {
 
 // ParseRequest reads a request head (up to and including its blank line).
 // It refuses what no client of the supervisor sends and a server could
-// misread: a malformed request line, a protocol other than HTTP/1.0 and 1.1,
-// a folded header line. It does not allocate.
+// misread, and everything net/http's server refuses (FuzzParseRequestAsNetHTTP
+// holds it to that): a malformed request line, a method that is not a token,
+// a target other than an origin-form or http:// absolute-form one, a
+// protocol other than HTTP/1.0 and 1.1, a header name that is not a token, a
+// control character in a header value, a folded header line, an HTTP/1.1
+// request without exactly one valid Host, a Content-Length that is not one
+// decimal number, and a Transfer-Encoding other than one chunked. It does not
+// allocate.
 func ParseRequest(head []byte) (Request, bool) {
 	line, rest, _ := bytes.Cut(head, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	method, line, ok1 := bytes.Cut(line, []byte{' '})
 	target, proto, ok2 := bytes.Cut(line, []byte{' '})
-	if !ok1 || !ok2 || len(method) == 0 {
+	if !ok1 || !ok2 || !isToken(method) {
 		return Request{}, false
 	}
 	var r Request
@@ -61,18 +67,23 @@ func ParseRequest(head []byte) (Request, bool) {
 	if rest, ok := bytes.CutPrefix(target, []byte("http://")); ok {
 		// absolute-form: the path follows the authority
 		i := bytes.IndexByte(rest, '/')
-		if i < 0 {
+		if i < 0 || !validAuthority(rest[:i]) {
 			return Request{}, false
 		}
 		target = rest[i:]
 	}
-	if len(target) == 0 || target[0] != '/' {
+	if len(target) == 0 || target[0] != '/' || !validTarget(target) {
 		return Request{}, false
 	}
 	if i := bytes.IndexByte(target, '?'); i >= 0 {
 		target, r.Query = target[:i], target[i+1:]
 	}
+	if !validEscapes(target) {
+		return Request{}, false
+	}
 	r.Method, r.Path = method, target
+	var length, te []byte
+	hosts := 0
 	for len(rest) > 0 {
 		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
 		line = bytes.TrimSuffix(line, []byte{'\r'})
@@ -80,37 +91,124 @@ func ParseRequest(head []byte) (Request, bool) {
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok || !isToken(name) {
+		if !ok || !isToken(name) || !validValue(value) {
 			// A name that is not a token (`Content-Length : 5`) would
 			// slip past the body check below: refused, as net/http did.
 			return Request{}, false
 		}
-		value = bytes.TrimSpace(value)
+		value = bytes.Trim(value, " \t")
 		switch {
+		case bytes.EqualFold(name, []byte("Host")):
+			if hosts++; hosts > 1 || !validHost(value) {
+				return Request{}, false
+			}
 		case bytes.EqualFold(name, []byte("Connection")):
 			if hasToken(value, "close") {
 				r.Close = true
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			r.Body = true
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if string(value) != "0" {
-				r.Body = true
+			if te != nil || !bytes.EqualFold(value, []byte("chunked")) {
+				return Request{}, false
 			}
+			te = value
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if !isDecimal(value) || length != nil && !bytes.Equal(value, length) {
+				return Request{}, false
+			}
+			length = value
 		}
 	}
+	if hosts == 0 && string(proto) == "HTTP/1.1" {
+		return Request{}, false
+	}
+	r.Body = te != nil || bytes.ContainsFunc(length, func(c rune) bool { return c != '0' })
 	return r, true
 }
 
-// isToken reports whether b is a header name: one or more of RFC 9110's
-// token characters.
-func isToken(b []byte) bool {
+// isDecimal reports whether b is a Content-Length: decimal digits, no sign,
+// that fit an int64.
+func isDecimal(b []byte) bool {
+	return len(b) > 0 && len(b) <= 18 && only(b, isDigit)
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// validValue reports whether b holds no control character but a tab.
+func validValue(b []byte) bool {
+	return only(b, func(c byte) bool { return c >= ' ' && c != 0x7f || c == '\t' })
+}
+
+// validTarget reports whether b holds no control character, space or '#':
+// url.ParseRequestURI refuses the first, and the last has no place in a
+// request.
+func validTarget(b []byte) bool {
+	return only(b, func(c byte) bool { return c > ' ' && c != 0x7f && c != '#' })
+}
+
+// validEscapes reports whether every '%' in the path b starts an escape of
+// two hex digits: net/http refuses a request whose path has another.
+func validEscapes(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '%' {
+			continue
+		}
+		if i+2 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) {
+			return false
+		}
+		i += 2
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// validHost reports whether b is a Host header net/http takes: the
+// characters of a URL's authority (a %-escape among them, such as a unix
+// socket's path in the name), or nothing.
+func validHost(b []byte) bool {
+	return only(b, func(c byte) bool { return isAlnum(c) || bytes.IndexByte([]byte("!$%&'()*+,-.:;=[]_~"), c) >= 0 })
+}
+
+// validAuthority reports whether b is the authority of an absolute-form
+// target in the subset taken: a name or IPv4 address, or an IPv6 address in
+// brackets, and an optional decimal port.
+func validAuthority(b []byte) bool {
+	host, port := b, []byte(nil)
+	if i := bytes.LastIndexByte(b, ':'); i >= 0 && bytes.IndexByte(b[i:], ']') < 0 {
+		host, port = b[:i], b[i+1:]
+	}
+	if !only(port, isDigit) {
+		return false
+	}
+	if ip, ok := bytes.CutPrefix(host, []byte{'['}); ok {
+		ip, ok = bytes.CutSuffix(ip, []byte{']'})
+		return ok && len(ip) > 0 && only(ip, func(c byte) bool { return isHex(c) || c == ':' || c == '.' })
+	}
+	return only(host, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' })
+}
+
+// only reports whether is takes every byte of b.
+func only(b []byte, is func(byte) bool) bool {
 	for _, c := range b {
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+		if !is(c) {
 			return false
 		}
 	}
-	return len(b) > 0
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// isToken reports whether b is a header name or a method: one or more of
+// RFC 9110's token characters.
+func isToken(b []byte) bool {
+	return len(b) > 0 && only(b, func(c byte) bool {
+		return c > ' ' && c < 0x7f && bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) < 0
+	})
 }
 
 // hasToken reports whether the comma list v holds token, in any case.

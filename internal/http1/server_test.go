@@ -19,13 +19,31 @@ func TestParseRequestRefusesHiddenBodies(t *testing.T) {
 	}
 	for head, body := range map[string]bool{
 		"GET /healthz/ready HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n": false,
-		"POST /v1/drain HTTP/1.1\r\nContent-Length: 0\r\n\r\n":                        false,
-		"POST /v1/drain HTTP/1.1\r\ncontent-length: 2\r\n\r\n":                        true,
-		"POST /v1/drain HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n":               true,
+		"POST /v1/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n":             false,
+		"POST /v1/drain HTTP/1.1\r\nHost: x\r\ncontent-length: 2\r\n\r\n":             true,
+		"POST /v1/drain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n":    true,
 	} {
 		r, ok := ParseRequest([]byte(head))
 		if !ok || r.Body != body {
 			t.Errorf("%q: ok %v, body %v; want ok and body %v", head, ok, r.Body, body)
+		}
+	}
+}
+
+// What net/http's server refuses, ParseRequest refuses: each of these was
+// taken once.
+func TestParseRequestRefusesWhatNetHTTPRefuses(t *testing.T) {
+	for _, head := range []string{
+		"G(T / HTTP/1.1\r\nHost: x\r\n\r\n",                             // a method that is not a token
+		"GET / HTTP/1.1\r\n\r\n",                                        // HTTP/1.1 without Host
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",                  // two Hosts
+		"GET / HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\n\r\n",                // a control character in a value
+		"GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n",                          // a bad escape in the path
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n",      // a signed length
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", // no coding but chunked
+	} {
+		if _, ok := ParseRequest([]byte(head)); ok {
+			t.Errorf("%q taken", head)
 		}
 	}
 }
