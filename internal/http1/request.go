@@ -1,12 +1,6 @@
 package http1
 
-import (
-	"bytes"
-	"errors"
-	"net"
-	"strconv"
-	"time"
-)
+import "bytes"
 
 // HeadEnd is the length of the request head at the start of b (its blank
 // line included), or -1 while it is incomplete. A bare LF ends a line too.
@@ -221,92 +215,4 @@ func hasToken(v []byte, token string) bool {
 		}
 	}
 	return false
-}
-
-// AppendHead appends a response's head to b: the status line, the headers
-// every answer of the supervisor carries (Date, Content-Type, no caching,
-// no sniffing, Content-Length), extra (whole header lines, each ending in
-// CRLF), Connection: close when close is set, and the blank line.
-func AppendHead(b []byte, code int, ctype string, length int, extra string, close bool) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(code), 10)
-	b = append(b, ' ')
-	b = append(b, StatusText(code)...)
-	b = append(b, "\r\nDate: "...)
-	b = time.Now().UTC().AppendFormat(b, "Mon, 02 Jan 2006 15:04:05 GMT")
-	b = append(b, "\r\nContent-Type: "...)
-	b = append(b, ctype...)
-	b = append(b, "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(length), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, extra...)
-	if close {
-		b = append(b, "Connection: close\r\n"...)
-	}
-	return append(b, "\r\n"...)
-}
-
-// StatusText is the reason phrase of the codes the supervisor answers with.
-func StatusText(code int) string {
-	switch code {
-	case 200:
-		return "OK"
-	case 202:
-		return "Accepted"
-	case 400:
-		return "Bad Request"
-	case 403:
-		return "Forbidden"
-	case 404:
-		return "Not Found"
-	case 405:
-		return "Method Not Allowed"
-	case 408:
-		return "Request Timeout"
-	case 431:
-		return "Request Header Fields Too Large"
-	case 500:
-		return "Internal Server Error"
-	case 503:
-		return "Service Unavailable"
-	case 504:
-		return "Gateway Timeout"
-	}
-	return "Unknown"
-}
-
-// ErrHeadTooLarge is a request head that does not fit the buffer: a server
-// answers 431 and closes the connection.
-var ErrHeadTooLarge = errors.New("request head too large")
-
-// ReadHead reads from c into in, which holds n bytes read before (the start
-// of a pipelined request), until in holds a whole request head; it returns
-// the head's length and how many bytes in holds. The head must arrive within
-// head of its first byte. idle is how long the connection may wait for that
-// first byte between requests; zero means a first request, whose head is
-// timed from now (the accept).
-func ReadHead(c net.Conn, in []byte, n int, head, idle time.Duration) (end, held int, err error) {
-	waiting := n == 0 && idle > 0
-	if waiting {
-		c.SetReadDeadline(time.Now().Add(idle))
-	} else {
-		c.SetReadDeadline(time.Now().Add(head))
-	}
-	for {
-		if end := HeadEnd(in[:n]); end >= 0 {
-			return end, n, nil
-		}
-		if n == len(in) {
-			return -1, n, ErrHeadTooLarge
-		}
-		m, err := c.Read(in[n:])
-		if m > 0 && waiting {
-			waiting = false
-			c.SetReadDeadline(time.Now().Add(head))
-		}
-		n += m
-		if err != nil && m == 0 {
-			return -1, n, err
-		}
-	}
 }
