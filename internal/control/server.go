@@ -133,6 +133,9 @@ func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func
 		Name:    "control socket",
 		Handler: h.serve,
 		Refuse: func(code int, why string, body []byte) http1.Answer {
+			if code == 431 {
+				why = fmt.Sprintf("request head larger than %d bytes", maxHeader)
+			}
 			return render(fail(code, "%s", why), body)
 		},
 		ConnContext: withPeer,

@@ -322,7 +322,7 @@ func readHead(br *bufio.Reader) (respHead, error) {
 // without the spaces and tabs around it, with no control character in it.
 func headerLine(line []byte) (name, value []byte, ok bool) {
 	name, value, ok = bytes.Cut(line, []byte{':'})
-	if !ok || !isToken(name) || !validValue(value) {
+	if !ok || !isToken(name) || !only(value, cValue) {
 		return nil, nil, false
 	}
 	return name, bytes.Trim(value, " \t"), true
@@ -361,9 +361,10 @@ func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 			return nil, err
 		}
 		overhead += int64(len(line)) + 2
-		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, " \t"), []byte{';'}) // chunk extensions
-		n, ok := parseHex(sizeText)
-		if !ok {
+		// hex digits alone, 15 at most, then extensions
+		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, " \t"), []byte{';'})
+		n, err := strconv.ParseUint(string(sizeText), 16, 60)
+		if err != nil || len(sizeText) > 15 {
 			return nil, fmt.Errorf("bad chunk size %q", line)
 		}
 		if overhead = max(overhead-16-2*int64(n), 0); overhead > maxOverhead {
@@ -384,7 +385,7 @@ func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 			return nil, err
 		}
 		if string(crlf[:]) != "\r\n" {
-			return nil, errors.New("chunk not followed by CRLF")
+			return nil, errors.New("chunk data not followed by CRLF")
 		}
 	}
 }
@@ -401,7 +402,7 @@ func readTrailer(br *bufio.Reader) error {
 			return nil
 		}
 		if _, _, ok := headerLine(line); !ok {
-			return fmt.Errorf("malformed trailer line %q", line)
+			return fmt.Errorf("malformed header line %q", line)
 		}
 		if size += len(line); size > maxHead {
 			return fmt.Errorf("trailer longer than %d bytes", maxHead)
@@ -422,31 +423,9 @@ func crlfLine(br *bufio.Reader) ([]byte, error) {
 	}
 	line, ok := bytes.CutSuffix(line, []byte("\r\n"))
 	if !ok || bytes.IndexByte(line, '\r') >= 0 {
-		return nil, fmt.Errorf("chunk line %q does not end in CRLF alone", line)
+		return nil, fmt.Errorf("bad chunk line %q: not ended by CRLF alone", line)
 	}
 	return line, nil
-}
-
-// parseHex reads a chunk size: hex digits alone, 15 at most.
-func parseHex(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 15 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if !isHex(c) {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		switch {
-		case c >= 'a':
-			d = uint64(c-'a') + 10
-		case c >= 'A':
-			d = uint64(c-'A') + 10
-		}
-		n = n<<4 | d
-	}
-	return n, true
 }
 
 // unexpected turns an EOF in the middle of an answer into the error it is.

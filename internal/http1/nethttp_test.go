@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -170,6 +171,32 @@ func FuzzReadResponseAsNetHTTP(f *testing.F) {
 		}
 		if keep && want.Close {
 			t.Fatalf("%q: http1 keeps a connection net/http closes", in)
+		}
+	})
+}
+
+// What ParseURL takes, net/url takes as an http URL of the same host, path
+// and query: ParseURL is written out to keep net/url's parser out of the
+// binary, not to read URLs otherwise.
+func FuzzParseURLAsNetURL(f *testing.F) {
+	for _, s := range []string{
+		"http://127.0.0.1:15000", "http://[::1]:15020/healthz/ready?x=1", "HTTP://envoy/stats?filter=a%20b",
+		"http://u@h/", "http://h:0", "http://h/%zz", "http://[::1", "http://::1/", "http://h?q", "http://h/a b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := ParseURL(raw)
+		if err != nil {
+			return
+		}
+		u, err := url.Parse(raw)
+		if err != nil || !strings.EqualFold(u.Scheme, "http") || u.User != nil || u.Host != got.Host {
+			t.Fatalf("%q: ParseURL %+v, net/url %+v (%v)", raw, got, u, err)
+		}
+		path, query, _ := strings.Cut(got.Target, "?")
+		if p, err := url.PathUnescape(path); err != nil || p != u.Path && !(p == "/" && u.Path == "") || query != u.RawQuery {
+			t.Fatalf("%q: ParseURL target %q, net/url path %q query %q", raw, got.Target, u.Path, u.RawQuery)
 		}
 	})
 }

@@ -66,7 +66,7 @@ func ParseRequest(head []byte) (Request, bool) {
 		}
 		target = rest[i:]
 	}
-	if len(target) == 0 || target[0] != '/' || !validTarget(target) {
+	if len(target) == 0 || target[0] != '/' || !only(target, cTarget) {
 		return Request{}, false
 	}
 	if i := bytes.IndexByte(target, '?'); i >= 0 {
@@ -85,7 +85,7 @@ func ParseRequest(head []byte) (Request, bool) {
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok || !isToken(name) || !validValue(value) {
+		if !ok || !isToken(name) || !only(value, cValue) {
 			// A name that is not a token (`Content-Length : 5`) would
 			// slip past the body check below: refused, as net/http did.
 			return Request{}, false
@@ -93,7 +93,7 @@ func ParseRequest(head []byte) (Request, bool) {
 		value = bytes.Trim(value, " \t")
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
-			if hosts++; hosts > 1 || !validHost(value) {
+			if hosts++; hosts > 1 || !only(value, cHost) {
 				return Request{}, false
 			}
 		case bytes.EqualFold(name, []byte("Connection")):
@@ -115,29 +115,13 @@ func ParseRequest(head []byte) (Request, bool) {
 	if hosts == 0 && string(proto) == "HTTP/1.1" {
 		return Request{}, false
 	}
-	r.Body = te != nil || bytes.ContainsFunc(length, func(c rune) bool { return c != '0' })
+	r.Body = te != nil || len(bytes.TrimLeft(length, "0")) > 0
 	return r, true
 }
 
 // isDecimal reports whether b is a Content-Length: decimal digits, no sign,
 // that fit an int64.
-func isDecimal(b []byte) bool {
-	return len(b) > 0 && len(b) <= 18 && only(b, isDigit)
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// validValue reports whether b holds no control character but a tab.
-func validValue(b []byte) bool {
-	return only(b, func(c byte) bool { return c >= ' ' && c != 0x7f || c == '\t' })
-}
-
-// validTarget reports whether b holds no control character, space or '#':
-// url.ParseRequestURI refuses the first, and the last has no place in a
-// request.
-func validTarget(b []byte) bool {
-	return only(b, func(c byte) bool { return c > ' ' && c != 0x7f && c != '#' })
-}
+func isDecimal(b []byte) bool { return len(b) > 0 && len(b) <= 18 && only(b, cDigit) }
 
 // validEscapes reports whether every '%' in the path b starts an escape of
 // two hex digits: net/http refuses a request whose path has another.
@@ -146,23 +130,12 @@ func validEscapes(b []byte) bool {
 		if b[i] != '%' {
 			continue
 		}
-		if i+2 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) {
+		if i+2 >= len(b) || !only(b[i+1:i+3], cHex) {
 			return false
 		}
 		i += 2
 	}
 	return true
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// validHost reports whether b is a Host header net/http takes: the
-// characters of a URL's authority (a %-escape among them, such as a unix
-// socket's path in the name), or nothing.
-func validHost(b []byte) bool {
-	return only(b, func(c byte) bool { return isAlnum(c) || bytes.IndexByte([]byte("!$%&'()*+,-.:;=[]_~"), c) >= 0 })
 }
 
 // validAuthority reports whether b is the authority of an absolute-form
@@ -173,37 +146,70 @@ func validAuthority(b []byte) bool {
 	if i := bytes.LastIndexByte(b, ':'); i >= 0 && bytes.IndexByte(b[i:], ']') < 0 {
 		host, port = b[:i], b[i+1:]
 	}
-	if !only(port, isDigit) {
+	if !only(port, cDigit) {
 		return false
 	}
 	if ip, ok := bytes.CutPrefix(host, []byte{'['}); ok {
 		ip, ok = bytes.CutSuffix(ip, []byte{']'})
-		return ok && len(ip) > 0 && only(ip, func(c byte) bool { return isHex(c) || c == ':' || c == '.' })
+		return ok && len(ip) > 0 && only(ip, cIPv6)
 	}
-	return only(host, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' })
+	return only(host, cName)
 }
 
-// only reports whether is takes every byte of b.
-func only(b []byte, is func(byte) bool) bool {
+// The classes of bytes that parts of a head may hold, as bits of class.
+const (
+	cToken  = 1 << iota // of a header name or a method (RFC 9110)
+	cValue              // of a header value: no control character but a tab
+	cTarget             // of a request target: no control character, space or '#' (url.ParseRequestURI's)
+	cHost               // of a Host header net/http takes: a URL authority's, %-escapes among them
+	cName               // of a host name or an IPv4 address
+	cIPv6               // of an IPv6 address
+	cDigit
+	cHex
+)
+
+var class = func() (t [256]uint8) {
+	set := func(bits uint8, chars string) {
+		for i := range len(chars) {
+			t[chars[i]] |= bits
+		}
+	}
+	for c := range 256 {
+		if c >= ' ' && c != 0x7f || c == '\t' {
+			t[c] |= cValue
+		}
+		if c > ' ' && c != 0x7f && c != '#' {
+			t[c] |= cTarget
+		}
+	}
+	for c := byte('!'); c < 0x7f; c++ {
+		t[c] |= cToken
+	}
+	for _, c := range []byte(`"(),/:;<=>?@[\]{}`) {
+		t[c] &^= cToken
+	}
+	const digits, letters = "0123456789", "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	set(cDigit|cHex|cIPv6, digits)
+	set(cHex|cIPv6, "abcdefABCDEF")
+	set(cHost|cName, digits+letters)
+	set(cHost, "!$%&'()*+,-.:;=[]_~")
+	set(cName, "-._")
+	set(cIPv6, ":.")
+	return t
+}()
+
+// only reports whether every byte of b is of the class is.
+func only(b []byte, is uint8) bool {
 	for _, c := range b {
-		if !is(c) {
+		if class[c]&is == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
-// isToken reports whether b is a header name or a method: one or more of
-// RFC 9110's token characters.
-func isToken(b []byte) bool {
-	return len(b) > 0 && only(b, func(c byte) bool {
-		return c > ' ' && c < 0x7f && bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) < 0
-	})
-}
+// isToken reports whether b is a header name or a method.
+func isToken(b []byte) bool { return len(b) > 0 && only(b, cToken) }
 
 // hasToken reports whether the comma list v holds token, in any case.
 func hasToken(v []byte, token string) bool {

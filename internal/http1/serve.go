@@ -265,7 +265,7 @@ func (s *Server) serve(c net.Conn) {
 		var err error
 		end, cn.n, err = readRequestHead(c, cn.in, cn.n, s.cfg.HeadTimeout, idle)
 		if errors.Is(err, errHeadTooLarge) {
-			s.refuse(c, cn, 431, "request head larger than "+strconv.Itoa(s.cfg.MaxHead)+" bytes")
+			s.refuse(c, cn, 431, "request head too large")
 			return
 		}
 		if err != nil {
@@ -299,35 +299,32 @@ func (s *Server) serve(c net.Conn) {
 // completion starts) would run first, with the answer held back behind it.
 func (s *Server) answer(ctx context.Context, c net.Conn, cn *connBufs) (done bool) {
 	r := &cn.req
-	if !s.cfg.Watch {
-		a := s.cfg.Handler(ctx, r, cn.body[:0])
-		done = r.Close || r.Body || ctx.Err() != nil
-		return !s.write(c, cn, a, string(r.Method) == "HEAD", done) || done
+	var read chan error
+	if s.cfg.Watch {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		c.SetReadDeadline(time.Time{})
+		next := cn.in[cn.n:min(cn.n+1, len(cn.in))]
+		read = make(chan error, 1)
+		go func() {
+			n, err := c.Read(next)
+			if err != nil {
+				cancel()
+			}
+			cn.n += n // read below, once this is sent
+			read <- err
+		}()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	c.SetReadDeadline(time.Time{})
-	next := cn.in[cn.n:min(cn.n+1, len(cn.in))]
-	type result struct {
-		n   int
-		err error
-	}
-	read := make(chan result, 1)
-	go func() {
-		n, err := c.Read(next)
-		if err != nil {
-			cancel()
-		}
-		read <- result{n, err}
-	}()
 	a := s.cfg.Handler(ctx, r, cn.body[:0])
 	done = r.Close || r.Body || ctx.Err() != nil
-	sent := s.write(c, cn, a, string(r.Method) == "HEAD", done)
-	c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
-	res := <-read
-	cn.n += res.n
-	gone := res.err != nil && !errors.Is(res.err, os.ErrDeadlineExceeded)
-	return done || !sent || gone
+	done = !s.write(c, cn, a, string(r.Method) == "HEAD", done) || done
+	if read != nil {
+		c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
+		err := <-read
+		done = done || err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	return done
 }
 
 // refuse answers a head the server will not read, and the connection ends.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -24,40 +23,61 @@ var ErrHTTPS = errors.New("https is not supported")
 
 // ParseURL takes apart an http:// URL, such as Envoy's admin address or a
 // readiness URL: http, a host that is an IP address or a DNS name, a port
-// from 1 to 65535 if one is given (80 if not), no credentials. It is the one
-// check of such a URL, the flags' as well as the clients'.
+// from 1 to 65535 if one is given (80 if not), no credentials, and a path
+// and query without spaces, control characters or a fragment, with
+// well-formed escapes. It is the one check of such a URL, the flags' as well as the
+// clients'. It is written out rather than left to net/url, whose parser
+// would be in the binary for this alone.
 func ParseURL(raw string) (URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return URL{}, errors.New("not a URL")
-	}
+	scheme, rest, ok := strings.Cut(raw, "://")
 	switch {
-	case u.Scheme == "https":
-		return URL{}, ErrHTTPS
-	case u.Scheme != "http" || u.Opaque != "":
+	case !ok:
 		return URL{}, errors.New("want http://HOST:PORT")
-	case u.User != nil:
+	case strings.EqualFold(scheme, "https"):
+		return URL{}, ErrHTTPS
+	case !strings.EqualFold(scheme, "http"):
+		return URL{}, errors.New("want http://HOST:PORT")
+	}
+	authority := rest
+	target := "/"
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, target = rest[:i], rest[i:]
+		if target[0] == '?' {
+			target = "/" + target
+		}
+	}
+	path, _, _ := strings.Cut(target, "?")
+	if !only([]byte(target), cTarget) || !validEscapes([]byte(path)) {
+		return URL{}, errors.New("not a URL: a bad character or escape in its path")
+	}
+	if strings.Contains(authority, "@") {
 		return URL{}, errors.New("credentials in the URL are not supported")
 	}
-	if err := CheckHost(u.Hostname()); err != nil {
-		return URL{}, err
-	}
-	addr := u.Host
-	if port := u.Port(); port != "" || strings.HasSuffix(u.Host, ":") {
+	host, port := authority, ""
+	if i := strings.LastIndexByte(authority, ':'); i >= 0 && !strings.Contains(authority[i:], "]") {
+		host, port = authority[:i], authority[i+1:]
 		if _, err := ParsePort(port); err != nil {
 			return URL{}, err
 		}
-	} else {
-		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	target := u.EscapedPath()
-	if target == "" {
-		target = "/"
+	// An IPv6 address, and it alone, is in brackets.
+	h, bracketed := strings.CutPrefix(host, "[")
+	if bracketed {
+		h, bracketed = strings.CutSuffix(h, "]")
 	}
-	if u.RawQuery != "" {
-		target += "?" + u.RawQuery
+	if bracketed != strings.Contains(host, ":") {
+		return URL{}, errors.New("not a URL: a bad IPv6 address")
 	}
-	return URL{Addr: addr, Host: u.Host, Target: target}, nil
+	if bracketed {
+		host = h
+	}
+	if err := CheckHost(host); err != nil {
+		return URL{}, err
+	}
+	if port == "" {
+		port = "80"
+	}
+	return URL{Addr: net.JoinHostPort(host, port), Host: authority, Target: target}, nil
 }
 
 // CheckHost accepts an IP address or a DNS name.
