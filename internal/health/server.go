@@ -35,6 +35,9 @@ const (
 	// perSource is far above what the kubelet (a few probes at once, from
 	// the node's address) or a scraper opens.
 	perSource = 16
+	// spareBufs connections' buffers are kept for the next connections:
+	// the kubelet opens one per probe.
+	spareBufs = 4
 )
 
 // Check answers a probe: ok, or why not.
@@ -73,6 +76,7 @@ func Listen(addr string, ready, live Check, reg *metrics.Registry, log *slog.Log
 		Name:         "health server",
 		Handler:      s.answer,
 		MaxHead:      maxHeader,
+		Spare:        spareBufs,
 		HeadTimeout:  headerTimeout,
 		IdleTimeout:  idleTimeout,
 		WriteTimeout: writeTimeout,

@@ -368,7 +368,7 @@ func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 			return nil, fmt.Errorf("bad chunk size %q", line)
 		}
 		if overhead = max(overhead-16-2*int64(n), 0); overhead > maxOverhead {
-			return nil, errors.New("chunked body with too much besides data")
+			return nil, errors.New("too much chunk overhead")
 		}
 		if n == 0 {
 			return body, readTrailer(br)

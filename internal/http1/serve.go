@@ -46,6 +46,10 @@ type Config struct {
 	Watch bool
 	// MaxHead bounds a request head.
 	MaxHead int
+	// Spare is how many ended connections' buffers are kept for the next
+	// ones: the kubelet opens a connection per probe, and a burst's
+	// buffers beyond these go back to the collector. Zero keeps none.
+	Spare int
 	// HeadTimeout bounds a head from its first byte (from the accept, for
 	// the first), IdleTimeout the wait for that byte between requests,
 	// WriteTimeout the write of an answer once it is ready, and Grace how
@@ -77,11 +81,6 @@ type Server struct {
 	spare chan *connBufs // buffers of ended connections, for the next ones
 }
 
-// spareConns is how many ended connections' buffers are kept: the kubelet
-// opens a connection per probe, and a burst's buffers beyond these go back
-// to the collector.
-const spareConns = 4
-
 // NewServer returns a server of ln, ready to Serve.
 func NewServer(ln net.Listener, cfg Config) *Server {
 	base, cancel := context.WithCancel(context.Background())
@@ -92,7 +91,7 @@ func NewServer(ln net.Listener, cfg Config) *Server {
 		cancel: cancel,
 		conns:  make(map[net.Conn]bool),
 		gone:   make(chan struct{}),
-		spare:  make(chan *connBufs, spareConns),
+		spare:  make(chan *connBufs, cfg.Spare),
 	}
 }
 

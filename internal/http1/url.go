@@ -48,7 +48,7 @@ func ParseURL(raw string) (URL, error) {
 	}
 	path, _, _ := strings.Cut(target, "?")
 	if !only([]byte(target), cTarget) || !validEscapes([]byte(path)) {
-		return URL{}, errors.New("not a URL: a bad character or escape in its path")
+		return URL{}, errors.New("not a URL: a bad path")
 	}
 	if strings.Contains(authority, "@") {
 		return URL{}, errors.New("credentials in the URL are not supported")
