@@ -47,3 +47,44 @@ func TestParseRequestRefusesWhatNetHTTPRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The class table is what its definitions make it: each class's bytes,
+// from the RFCs' and net/http's sets.
+func TestClassTable(t *testing.T) {
+	want := classes()
+	for c := range 256 {
+		if class[c] != want[c] {
+			t.Errorf("class of %#02x is %#02x, want %#02x", c, class[c], want[c])
+		}
+	}
+}
+
+func classes() (t [256]uint8) {
+	set := func(bits uint8, chars string) {
+		for i := range len(chars) {
+			t[chars[i]] |= bits
+		}
+	}
+	for c := range 256 {
+		if c >= ' ' && c != 0x7f || c == '\t' {
+			t[c] |= cValue
+		}
+		if c > ' ' && c != 0x7f && c != '#' {
+			t[c] |= cTarget
+		}
+	}
+	for c := byte('!'); c < 0x7f; c++ {
+		t[c] |= cToken
+	}
+	for _, c := range []byte(`"(),/:;<=>?@[\]{}`) {
+		t[c] &^= cToken
+	}
+	const digits, letters = "0123456789", "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	set(cDigit|cHex|cIPv6, digits)
+	set(cHex|cIPv6, "abcdefABCDEF")
+	set(cHost|cName, digits+letters)
+	set(cHost, "!$%&'()*+,-.:;=[]_~")
+	set(cName, "-._")
+	set(cIPv6, ":.")
+	return t
+}
