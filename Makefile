@@ -4,7 +4,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 
-.PHONY: build demo test test-deploy test-kubelet fuzz bench clean image docs
+.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet fuzz bench clean image docs
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -14,27 +14,54 @@ build:
 demo: build
 	BIN=$(BIN) bash scripts/demo.sh
 
-# The deploy/ checks, the pods in a real kubelet (test-kubelet), every fuzz
-# target for a few seconds (fuzz, below), then
-# unit tests, the fake Envoy's tests and the pod-sandbox end-to-end tests
-# (those need root for namespaces; they skip themselves otherwise), all under
-# the race detector, which needs cgo and a C compiler. Under it the tests
-# build race-instrumented binaries, so that a race in a process a test drives
-# fails that test. Then the pod tests once more against the binaries as
-# shipped (static, CGO_ENABLED=0). The pod tests mostly wait on processes,
-# so more of them run at once than there are cores.
-test: test-deploy test-kubelet fuzz
+# Every check, one stage after the other, each between a line that names it
+# and one that gives its result and time (scripts/stage.sh): go vet and
+# gofmt; the deploy/ checks (test-deploy); every fuzz target for a few
+# seconds (fuzz); the unit tests, the fake Envoy's tests and the pod-sandbox
+# end-to-end tests under the race detector (test-race); the pod tests once
+# more against the binaries as shipped (test-static); last the pods in a
+# real kubelet (test-kubelet), whose table of scenarios ends the output.
+# The go test runs print through scripts/test-summary: a line per package with
+# its counts, every skipped test with its reason, every failed test whole.
+STAGE   = bash scripts/stage.sh
+SUMMARY = GO=$(GO) $(abspath $(BIN))/test-summary
+
+test: tools
+	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
+	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
+	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
+	@$(STAGE) "unit and pod-sandbox tests under -race (./...)" $(MAKE) --no-print-directory test-race
+	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
+	@$(STAGE) "the deploy/ pods in a real kubelet (kubelettest/)" $(MAKE) --no-print-directory test-kubelet
+
+# The test runs' printer (scripts/test-summary).
+tools:
+	$(GO) build -o $(BIN)/test-summary ./scripts/test-summary
+
+lint:
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
-	$(GO) test -count=1 -parallel 8 -timeout 10m ./e2e/
+
+# The unit tests, the fake Envoy's tests and the pod-sandbox end-to-end
+# tests (those need root for namespaces; they skip themselves otherwise),
+# all under the race detector, which needs cgo and a C compiler. Under it the
+# tests build race-instrumented binaries, so that a race in a process a test
+# drives fails that test. The pod tests mostly wait on processes, so more of
+# them run at once than there are cores.
+test-race: tools
+	CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m ./...
+
+# The pod tests once more against the binaries as shipped (static,
+# CGO_ENABLED=0).
+test-static: tools
+	$(SUMMARY) -count=1 -parallel 8 -timeout 10m ./e2e/
 
 # The deploy/ manifests, the Istio injection template (rendered by Istio's
 # own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
 # (deploytest/) so that istio.io/istio and k8s.io/api never reach the
 # binary's. A cold build of it takes minutes; later runs use the build cache.
-test-deploy:
-	cd deploytest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+test-deploy: tools
+	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m ./...
 
 # The deploy/ manifests' pods in a real kubelet (kubelettest/, its own module):
 # containerd, runc and a standalone kubelet in their own namespaces. It needs
@@ -43,10 +70,11 @@ test-deploy:
 # CI=true). The kubelet is built once into the user's cache (minutes cold),
 # and pilot-agent (scripts/pilot-agent.sh) too, for the scenarios that run it
 # as the supervisor's child.
-# -v: the output shows each scenario's result. The pods mostly wait, so all
+# Its output ends with a table: each scenario's result, the pod's phases,
+# the containers' exit codes and its timings. The pods mostly wait, so all
 # of them run at once.
-test-kubelet:
-	cd kubelettest && $(GO) vet ./... && $(GO) test -v -count=1 -parallel 16 -timeout 20m ./...
+test-kubelet: tools
+	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel 16 -timeout 20m ./...
 
 # Every fuzz target for FUZZTIME each (3 s: about a minute and a half in
 # all on 2 cores), after its seed corpus in testdata/fuzz/.

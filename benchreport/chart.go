@@ -18,6 +18,9 @@ var charted = []struct{ prefix, label string }{
 	{"exec", "exec true"},
 	{"completion", "complete"},
 	{"drain", "drain"},
+	{"pod in a real kubelet: proxy ready", "pod: ready → app"},
+	{"pod in a real kubelet: app exit → proxy exit", "pod: app exit → proxy exit"},
+	{"pod in a real kubelet: deletion → every", "pod: deletion → gone"},
 }
 
 // chart draws p50 and p99 of every lifecycle row, supervisor and baselines,
@@ -77,6 +80,8 @@ func short(s string) string {
 	if i := strings.Index(s, " ("); i > 0 {
 		s = s[:i]
 	}
+	s = strings.ReplaceAll(s, "proxy-supervisor + real ", "supervised ")
+	s = strings.ReplaceAll(s, "proxy-supervisor, ", "")
 	s = strings.ReplaceAll(s, "proxy-supervisor ", "")
 	if len(s) > 48 {
 		s = s[:47] + "…"

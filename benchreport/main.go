@@ -123,12 +123,33 @@ func load(dir string) (*report, error) {
 	if ls, err := lines("load-end.txt"); err == nil && len(ls) > 0 {
 		r.loadEnd = ls[0]
 	}
-	e2e, err := os.Open(filepath.Join(dir, "e2e.txt"))
-	if err != nil {
+	if err := r.scan(filepath.Join(dir, "e2e.txt")); err != nil {
 		return nil, err
 	}
-	defer e2e.Close()
-	sc := bufio.NewScanner(e2e)
+	// The real kubelet's pod-level figures, when the run had a kubelet.
+	if err := r.scan(filepath.Join(dir, "kubelet.txt")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	r.storm, _ = lines("storm-hyperfine.md")
+	if ls, err := lines("portwatch.txt"); err == nil {
+		for _, l := range ls {
+			if strings.HasPrefix(l, "BenchmarkScan") {
+				r.portwatch = append(r.portwatch, l)
+			}
+		}
+	}
+	return r, nil
+}
+
+// scan adds the tagged lines of one raw output file (ROW, TARGET, MEM,
+// CPU, BURST, NOTE) to the report.
+func (r *report) scan(path string) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
@@ -171,18 +192,7 @@ func load(dir string) (*report, error) {
 			r.notes = append(r.notes, strings.Join(f[1:], ": "))
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	r.storm, _ = lines("storm-hyperfine.md")
-	if ls, err := lines("portwatch.txt"); err == nil {
-		for _, l := range ls {
-			if strings.HasPrefix(l, "BenchmarkScan") {
-				r.portwatch = append(r.portwatch, l)
-			}
-		}
-	}
-	return r, nil
+	return sc.Err()
 }
 
 // sections keeps the order in which the run printed them.

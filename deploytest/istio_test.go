@@ -155,7 +155,8 @@ func TestIstioInjection(t *testing.T) {
 	}{
 		{name: "classic", annotations: map[string]string{hold: ""}, order: []string{"job", "istio-proxy"}},
 		{name: "classic hold", hold: true, order: []string{"istio-proxy", "job"}},
-		{name: "native", native: true, annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
+		{name: "native hold", native: true, hold: true, annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
+		{name: "native", native: true, annotations: map[string]string{hold: "", "sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
 		{name: "cni", set: []string{"components.cni.enabled=true"}, hold: true, order: []string{"istio-proxy", "job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,8 +207,10 @@ func TestIstioInjection(t *testing.T) {
 			if l := proxy.Lifecycle; l != nil && l.PostStart != nil && l.PostStart.Exec != nil {
 				postStart = l.PostStart.Exec.Command
 			}
-			if tt.hold != (len(postStart) > 0) || (tt.hold && postStart[1] != "wait") {
-				t.Errorf("postStart %q with hold=%v", postStart, tt.hold)
+			// A native sidecar's postStart holds the app, hold or not.
+			held := tt.hold || tt.native
+			if held != (len(postStart) > 0) || (held && postStart[1] != "wait") {
+				t.Errorf("postStart %q with hold=%v, native=%v", postStart, tt.hold, tt.native)
 			}
 
 			// Probes point at the health port and keep Istio's timing.
@@ -219,6 +222,14 @@ func TestIstioInjection(t *testing.T) {
 			probes := map[string][2]*corev1.Probe{
 				"readiness": {proxy.ReadinessProbe, istio.ReadinessProbe},
 				"startup":   {proxy.StartupProbe, istio.StartupProbe},
+			}
+			if tt.native {
+				// Istio's, polled once a second, would hold the app longer
+				// than the postStart wait does.
+				if proxy.StartupProbe != nil {
+					t.Errorf("native mode: a startupProbe %+v, want Istio's removed", proxy.StartupProbe)
+				}
+				delete(probes, "startup")
 			}
 			for name, p := range probes {
 				ours, theirs := p[0], p[1]

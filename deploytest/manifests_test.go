@@ -3,7 +3,6 @@ package deploytest
 import (
 	"cmp"
 	"net"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -127,7 +126,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 // run it, and every command line with the binary's own --check.
 func TestManifests(t *testing.T) {
 	docs := deployDocs(t)
-	envoyAdmin := envoyAdminPort(t, docs)
+	envoyAdmin := envoyAdminURL(t, docs)
 	n := 0
 	for _, d := range docs {
 		tpl := podOf(d)
@@ -140,9 +139,10 @@ func TestManifests(t *testing.T) {
 			if p == nil {
 				return
 			}
-			if port := urlPort(t, p.flag("admin-url", "http://127.0.0.1:15000")); port != envoyAdmin {
-				t.Errorf("--admin-url port %d, Envoy's admin listens on %d (envoy-config.yaml)", port, envoyAdmin)
+			if u := p.flag("admin-url", "http://127.0.0.1:15000"); u != envoyAdmin {
+				t.Errorf("--admin-url %s, Envoy's admin is at %s (envoy-config.yaml)", u, envoyAdmin)
 			}
+			checkAdminSocket(t, &tpl.Spec, p, envoyAdmin)
 			checkSecurity(t, &tpl.Spec, p)
 		})
 	}
@@ -345,7 +345,23 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	}
 	health := hostPort(t, p.flag("health-addr", ":15022"))
 	probes := map[string]*corev1.Probe{"readiness": p.c.ReadinessProbe, "startup": p.c.StartupProbe}
+	if p.native {
+		// A native sidecar's startupProbe holds the app, polled at most
+		// once a second: its postStart wait holds it instead.
+		if p.c.StartupProbe != nil {
+			t.Errorf("%s: a native sidecar with a startupProbe: it holds the app up to its period after the proxy is ready", p.c.Name)
+		}
+		delete(probes, "startup")
+	}
+	// A Job's classic proxy may go without probes: its postStart wait holds
+	// the app, nothing routes to it, and a probe between its exit and the
+	// kubelet's noticing it records an Unhealthy event. A long-running
+	// pod's proxy needs readiness to leave the endpoints when it drains.
+	long := cmp.Or(spec.RestartPolicy, corev1.RestartPolicyAlways) == corev1.RestartPolicyAlways
 	for name, probe := range probes {
+		if probe == nil && (name != "readiness" || !long) {
+			continue
+		}
 		if probe == nil || probe.HTTPGet == nil {
 			t.Errorf("%s: no HTTP %s probe", p.c.Name, name)
 			continue
@@ -367,13 +383,11 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	if !isProxySupervisor(preStop) || preStop[1] != "prestop" {
 		t.Errorf("preStop %q, want proxy-supervisor prestop", preStop)
 	}
-	if !p.native && len(spec.Containers) > 1 {
-		if spec.Containers[0].Name != p.c.Name {
-			t.Errorf("the proxy %s is not the first container: the app would start before it", p.c.Name)
-		}
-		if !isProxySupervisor(postStart) || postStart[1] != "wait" {
-			t.Errorf("postStart %q, want proxy-supervisor wait to hold the app", postStart)
-		}
+	if !p.native && len(spec.Containers) > 1 && spec.Containers[0].Name != p.c.Name {
+		t.Errorf("the proxy %s is not the first container: the app would start before it", p.c.Name)
+	}
+	if (p.native || len(spec.Containers) > 1) && (!isProxySupervisor(postStart) || postStart[1] != "wait") {
+		t.Errorf("postStart %q, want proxy-supervisor wait to hold the app", postStart)
 	}
 	// tmpfs for the control dir (cheap fsync of the records).
 	dir := cmp.Or(p.flags["control-dir"], defaultDir)
@@ -485,8 +499,9 @@ func checkTrust(t *testing.T, spec *corev1.PodSpec, p *proxy) {
 	}
 }
 
-// envoyAdminPort is the admin port of the shared Envoy configuration.
-func envoyAdminPort(t *testing.T, docs []document) int {
+// envoyAdminURL is the admin address of the shared Envoy configuration, as
+// an --admin-url: unix:///PATH for a pipe, else http://127.0.0.1:PORT.
+func envoyAdminURL(t *testing.T, docs []document) string {
 	t.Helper()
 	for _, d := range docs {
 		cm, ok := d.obj.(*corev1.ConfigMap)
@@ -496,19 +511,58 @@ func envoyAdminPort(t *testing.T, docs []document) int {
 		var cfg struct {
 			Admin struct {
 				Address struct {
-					SocketAddress struct {
+					SocketAddress *struct {
 						PortValue int `json:"port_value"`
 					} `json:"socket_address"`
+					Pipe *struct {
+						Path string `json:"path"`
+						Mode int    `json:"mode"`
+					} `json:"pipe"`
 				} `json:"address"`
 			} `json:"admin"`
 		}
 		if err := yaml.Unmarshal([]byte(cm.Data["envoy.yaml"]), &cfg); err != nil {
 			t.Fatalf("envoy.yaml: %v", err)
 		}
-		return cfg.Admin.Address.SocketAddress.PortValue
+		switch a := cfg.Admin.Address; {
+		case a.Pipe != nil:
+			if a.Pipe.Mode&0o077 != 0 {
+				t.Errorf("envoy.yaml: admin pipe mode %o lets other uids connect", a.Pipe.Mode)
+			}
+			return "unix://" + a.Pipe.Path
+		case a.SocketAddress != nil:
+			return "http://127.0.0.1:" + strconv.Itoa(a.SocketAddress.PortValue)
+		}
+		t.Fatal("envoy.yaml: no admin address")
 	}
 	t.Fatal("no envoy-sidecar ConfigMap")
-	return 0
+	return ""
+}
+
+// checkAdminSocket checks that an admin API on a unix socket is where the
+// proxy container can create it (a writable volume) and no other container
+// of the pod can reach it: that is what it is for.
+func checkAdminSocket(t *testing.T, spec *corev1.PodSpec, p *proxy, adminURL string) {
+	t.Helper()
+	path, ok := strings.CutPrefix(adminURL, "unix://")
+	if !ok {
+		return
+	}
+	m := mountAt(p.c, path)
+	if m == nil || m.ReadOnly {
+		t.Errorf("%s: the admin socket %s is on no writable volume", p.c.Name, path)
+		return
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		if c.Name == p.c.Name {
+			continue
+		}
+		for _, o := range c.VolumeMounts {
+			if o.Name == m.Name {
+				t.Errorf("%s mounts %s, the volume of Envoy's admin socket", c.Name, m.Name)
+			}
+		}
+	}
 }
 
 func literalEnv(c *corev1.Container) []string {
@@ -561,13 +615,4 @@ func hostPort(t *testing.T, addr string) int {
 		t.Fatalf("address %q: %v %v", addr, err, err2)
 	}
 	return n
-}
-
-func urlPort(t *testing.T, raw string) int {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatalf("%q: %v", raw, err)
-	}
-	return hostPort(t, u.Host)
 }

@@ -74,17 +74,7 @@ func procCPU(pid int) (time.Duration, error) {
 // cpuPerSecond is pid's CPU in ms per second over d.
 func cpuPerSecond(b *testing.B, pid int, d time.Duration) float64 {
 	b.Helper()
-	c0, err := procCPU(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t0 := time.Now()
-	time.Sleep(d)
-	c1, err := procCPU(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return millis(c1-c0) / time.Since(t0).Seconds()
+	return 1000 * cpuShare(b, pid, d)
 }
 
 // BenchmarkExec times `proxy-supervisor exec -- true` with the proxy ready,

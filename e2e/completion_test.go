@@ -356,6 +356,36 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	}
 }
 
+// A native sidecar beside a third-party app, which reports nothing: the
+// preStop starts the drain and returns while the app still listens, and the
+// kubelet's SIGTERM, sent once the app has exited, stops the proxy at once,
+// --drain-min notwithstanding, with 0. A SIGTERM once waited --drain-min.
+func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	sup := p.supervise([]string{"--native-sidecar", "--drain-min", "30s", "--app-ports", "8080"})
+	p.waitHTTP(readyURL, 200, soon)
+	app := p.listen("tcp", "127.0.0.1:8080")
+	start := time.Now()
+	hook := p.prestop()
+	if code := hook.exit(soon); code != 0 || !strings.Contains(hook.out.String(), "native sidecar") {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("prestop took %v while the app listened; a native sidecar's returns once the drain has started", d)
+	}
+	p.waitHTTP(readyURL, 503, soon)
+	app.Close()
+	start = time.Now()
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d:\n%s", code, sup.out.String())
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("SIGTERM to exit took %v; want the stop alone, not --drain-min", d)
+	}
+}
+
 // undecided asserts that the supervisor runs on with no exit code decided.
 // It decides on a completion before it answers the poke, so once a peer's
 // exec or complete has returned, its status is the answer: there is no

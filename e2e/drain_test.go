@@ -263,3 +263,26 @@ func TestDrainOnAListeningAppSleeps(t *testing.T) {
 	}
 	t.Logf("%.0f sleeps a second while the drain waited", rate)
 }
+
+// A proxy that crashes mid-drain stops the supervisor: the preStop hook
+// that waited on the drain exits 0 and says the supervisor stopped. (It
+// said the drain went on after --timeout, a second after the hook began.)
+func TestPrestopSeesTheSupervisorStopMidDrain(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	ctl := p.dir + "/envoy.sock"
+	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--control", ctl)
+	p.waitHTTP(readyURL, 200, soon)
+	p.listen("tcp", "127.0.0.1:8080") // holds the drain
+	hook := p.prestop("--timeout", "25s")
+	p.stillBlocked(sup, hook, 300*time.Millisecond)
+	fixture(t, ctl, "crash")
+	sup.exit(soon) // 0: the preStop decided it (see the exit-code table)
+	if code := hook.exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	}
+	out := hook.out.String()
+	if !strings.Contains(out, "the supervisor stopped") || strings.Contains(out, "still draining") {
+		t.Fatalf("prestop misreports a supervisor that stopped mid-drain:\n%s", out)
+	}
+}

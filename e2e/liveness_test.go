@@ -70,3 +70,29 @@ func TestLivenessHoldsWhileStartingAndDraining(t *testing.T) {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
+
+// A slow Envoy is not a hung one: with every admin answer 1.2 s late (a
+// main thread busy with a large xDS push), past the readiness poll's 0.9 s,
+// readiness fails but liveness holds well past --hung-after, and readiness
+// comes back once Envoy is quick again. (Liveness failed after --hung-after,
+// and the livenessProbe restarted a working proxy.)
+func TestLivenessHoldsForASlowEnvoy(t *testing.T) {
+	p := newPod(t)
+	ctl := p.dir + "/envoy.sock"
+	// Answers are at most a poll (1 s) and an answer (1.2 s) apart, then
+	// 1.2 s (a proxy not ready is polled every 10 ms).
+	sup := p.supervise([]string{"--drain-min", "0s", "--hung-after", "4s"}, "--control", ctl)
+	p.waitHTTP(readyURL, 200, soon)
+	fixture(t, ctl, "slow 1200ms")
+	body := p.waitHTTP(readyURL, 503, soon)
+	if !strings.Contains(body, "does not answer") {
+		t.Fatalf("readiness 503 without the reason: %q", body)
+	}
+	p.stays(liveURL, 200, 8*time.Second)
+	fixture(t, ctl, "slow 0")
+	p.waitHTTP(readyURL, 200, soon)
+	sup.signal(syscall.SIGTERM)
+	if code := sup.exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d", code)
+	}
+}

@@ -48,7 +48,7 @@ func asUID(uid int, fn func() error) error {
 // emptyDir gives the pod's volume an emptyDir's mode: root's, 0777, not
 // sticky, and reachable by every uid; and lets every uid run the binaries,
 // as the containers of other uids in a pod do.
-func emptyDir(t *testing.T, p *pod) {
+func emptyDir(t testing.TB, p *pod) {
 	t.Helper()
 	for path, mode := range map[string]os.FileMode{filepath.Dir(p.dir): 0o755, p.dir: 0o777, filepath.Dir(bin.supervisor): 0o755} {
 		if err := os.Chmod(path, mode); err != nil {

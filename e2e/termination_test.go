@@ -14,16 +14,18 @@ import (
 
 // Under Always (a Deployment) an exec-wrapped app that exits, crashing or
 // not, leaves the proxy running and ready for the kubelet's restart of the
-// app; the pod's deletion then ends it with 0.
+// app; the pod's deletion then ends it with 0. The log says how the app
+// ended: a crash is never "every peer succeeded".
 func TestAlwaysKeepsTheProxyWhenTheAppExits(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		env   []string
 		flags []string
 		code  int
+		why   string
 	}{
-		{"crash, flag", nil, []string{"--restart-policy", "Always"}, 3},
-		{"success, variable", []string{"PROXY_SUPERVISOR_RESTART_POLICY=Always"}, nil, 0},
+		{"crash, flag", nil, []string{"--restart-policy", "Always"}, 3, `reason="every peer ended; failed: app"`},
+		{"success, variable", []string{"PROXY_SUPERVISOR_RESTART_POLICY=Always"}, nil, 0, `reason="every peer succeeded"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPod(t)
@@ -33,6 +35,7 @@ func TestAlwaysKeepsTheProxyWhenTheAppExits(t *testing.T) {
 				t.Fatalf("app exit %d, want %d", code, tt.code)
 			}
 			sup.stays("keeping the proxy for its restart (--restart-policy Always)")
+			sup.waitLog(tt.why, soon)
 			p.waitHTTP(readyURL, 200, soon)
 			// The kubelet restarts the app; it runs through the same proxy.
 			app := p.app("app", nil, "echo restarted; exec sleep 60")

@@ -17,11 +17,13 @@ import (
 // so a deletion's exit codes are read here, before the kubelet's garbage
 // collection removes the container (a minute later at the earliest).
 type criStatus struct {
+	StartedAt  int64 // Unix ns
 	FinishedAt int64 // Unix ns; 0 while it runs
 	ExitCode   int32
 	Reason     string
 }
 
+func (s criStatus) started() time.Time  { return time.Unix(0, s.StartedAt) }
 func (s criStatus) finished() time.Time { return time.Unix(0, s.FinishedAt) }
 
 // containerIDs maps each container of the pod to its runtime ID.

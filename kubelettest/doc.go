@@ -2,7 +2,11 @@
 // kubelet: containerd, runc and a kubelet built from the Go module proxy, in
 // standalone mode (static pods, no API server), isolated in their own mount
 // and network namespaces. Each test asserts the pods' phases and container
-// exit codes as the kubelet reports them.
+// exit codes as the kubelet reports them. TestPodFigures measures each form
+// of the proxy container at the pod's level (proxy ready → app started, app
+// exit → proxy exit, → the pod's phase, deletion → every container exited)
+// beside a baseline gated as Istio's native injection is, and prints them as
+// the ROW lines make bench reports (KUBELETTEST_FIGURE_RUNS pods of each).
 //
 // The Istio scenarios run the real pilot-agent as the supervisor's child,
 // without istiod, with the fake Envoy as its Envoy; it is built by

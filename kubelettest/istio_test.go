@@ -58,6 +58,7 @@ func buildPilotAgent() pilotAgent {
 // not build, and fails it under CI=true, as the suite's own skip does.
 func needPilotAgent(t *testing.T) {
 	t.Helper()
+	theReport.of(t) // a skip is in the table too
 	if theAgent.missing == "" {
 		return
 	}
@@ -221,7 +222,7 @@ func TestIstioPilotAgentDeletionDrains(t *testing.T) {
 	wantCodes(t, got, map[string]int32{"istio-proxy": 0, "job": 0})
 	app1, proxy1 := got["job"].finished().Sub(deleted), got["istio-proxy"].finished().Sub(deleted)
 	grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-	t.Logf("after the deletion: the app exited at %s, the supervisor at %s (grace %s)",
+	note(t, "after the deletion: the app exited at %s, the supervisor at %s (grace %s)",
 		app1.Round(time.Millisecond), proxy1.Round(time.Millisecond), grace)
 	if app1 < 8*time.Second || proxy1 < app1 {
 		t.Fatalf("the supervisor exited at %s, before the app closed its port (%s, after its 8s preStop)", proxy1, app1)

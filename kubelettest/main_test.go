@@ -77,6 +77,7 @@ func testMain(m *testing.M) int {
 		code = 1
 	}
 	fmt.Printf("kubelettest: node torn down in %s\n", time.Since(stopping).Round(100*time.Millisecond))
+	theReport.print(os.Stdout)
 	return code
 }
 

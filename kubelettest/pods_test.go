@@ -19,8 +19,10 @@ import (
 )
 
 // fakeEnvoy replaces the manifests' `envoy -c /etc/envoy/envoy.yaml`: the
-// same admin address and the listener on :8000 that answers /hello.
-var fakeEnvoy = []string{"/fake-envoy", "--admin-addr", "127.0.0.1:9901", "--listener", "inbound=0.0.0.0:8000,inbound", "--log-level", "warning"}
+// same admin address (a unix socket in the envoy-admin volume) and the
+// listener on :8000 that answers /hello.
+var fakeEnvoy = []string{"/fake-envoy", "--config-yaml", "admin: {address: {pipe: {path: /var/run/envoy/admin.sock}}}",
+	"--listener", "inbound=0.0.0.0:8000,inbound", "--log-level", "warning"}
 
 const hello = "http://127.0.0.1:8000/hello"
 
@@ -121,6 +123,7 @@ func container(pod *corev1.Pod, name string) *corev1.Container {
 // run writes pod as a static pod manifest; the test's cleanup deletes it.
 func (n *node) run(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
+	theReport.of(t)
 	data, err := json.MarshalIndent(pod, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +171,9 @@ func (n *node) waitPod(t *testing.T, name string, timeout time.Duration, what st
 			return err
 		}
 		last = p
+		if p != nil {
+			theReport.phase(t, string(p.Status.Phase))
+		}
 		if p == nil || !ok(p) {
 			return fmt.Errorf("not %s", what)
 		}
@@ -215,6 +221,7 @@ type exited struct {
 // code, and the restart count, given.
 func wantExits(t *testing.T, p *corev1.Pod, want map[string]exited) {
 	t.Helper()
+	theReport.exits(t, p)
 	got := map[string]exited{}
 	for _, s := range statuses(p) {
 		e := exited{Code: -1, Restarts: s.RestartCount}

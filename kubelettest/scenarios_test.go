@@ -105,7 +105,7 @@ func TestPostStartWaitHoldsApp(t *testing.T) {
 			if got := status(p, "job").State.Terminated.ExitCode; got != tc.code {
 				t.Fatalf("the app exited %d, want %d:\n%s", got, tc.code, describe(p))
 			}
-			t.Logf("pod %s: the app exited %d, the proxy runs on", tc.name, tc.code)
+			note(t, "pod %s: the app exited %d, the proxy runs on", tc.name, tc.code)
 		})
 	}
 }
@@ -144,12 +144,14 @@ func (n *node) deleteAndWait(t *testing.T, p *corev1.Pod, name string, timeout t
 	delete(ids, "install") // finished long ago
 	deleted := time.Now()
 	n.delete(name)
+	theReport.phase(t, "deleted")
 	return n.waitExits(t, ids, timeout), deleted
 }
 
 // wantCodes asserts the containers' exit codes after a deletion.
 func wantCodes(t *testing.T, got map[string]criStatus, want map[string]int32) {
 	t.Helper()
+	theReport.codes(t, got)
 	for name, code := range want {
 		if got[name].ExitCode != code {
 			t.Fatalf("exit codes %+v: %s exited %d, want %d", got, name, got[name].ExitCode, code)
@@ -169,7 +171,7 @@ func TestDeletionDrainWaitsForAppPort(t *testing.T) {
 	got, deleted := n.deleteAndWait(t, p, "drain", 60*time.Second)
 	wantCodes(t, got, map[string]int32{"envoy": 0, "web": 0})
 	web, envoy := got["web"].finished().Sub(deleted), got["envoy"].finished().Sub(deleted)
-	t.Logf("after the deletion: the app exited at %s, the proxy at %s", web.Round(time.Millisecond), envoy.Round(time.Millisecond))
+	note(t, "after the deletion: the app exited at %s, the proxy at %s", web.Round(time.Millisecond), envoy.Round(time.Millisecond))
 	if web < 8*time.Second || envoy < web {
 		t.Fatalf("the proxy exited at %s, before the app closed its port (%s, after its 8s preStop)", envoy, web)
 	}
@@ -203,7 +205,7 @@ func TestDeletionAppNeverClosesPort(t *testing.T) {
 			got, deleted := n.deleteAndWait(t, p, tc.name, grace+30*time.Second)
 			wantCodes(t, got, map[string]int32{"envoy": 0, "web": 137})
 			envoy, web := got["envoy"].finished().Sub(deleted), got["web"].finished().Sub(deleted)
-			t.Logf("after the deletion: the proxy exited at %s (drain bound %s), the app was killed at %s (grace %s)",
+			note(t, "after the deletion: the proxy exited at %s (drain bound %s), the app was killed at %s (grace %s)",
 				envoy.Round(time.Millisecond), tc.drain, web.Round(time.Millisecond), grace)
 			if envoy < tc.drain || envoy > tc.drain+8*time.Second || envoy > grace {
 				t.Fatalf("the proxy exited at %s: want at its drain bound %s, inside the grace period %s", envoy, tc.drain, grace)
@@ -235,7 +237,7 @@ func TestJobDeletedMidRun(t *testing.T) {
 			t.Fatalf("the proxy's preStop hook failed: %s", e)
 		}
 	}
-	t.Logf("the proxy exited 0 and the app 143, %d events, none FailedPreStopHook", len(evs))
+	note(t, "the proxy exited 0 and the app 143, %d events, none FailedPreStopHook", len(evs))
 }
 
 // An app under `exec` that uploads through the proxy right after closing
@@ -256,7 +258,7 @@ func TestDeletionExecAppUploadsAfterClose(t *testing.T) {
 	got, deleted := n.deleteAndWait(t, p, "exec-upload", 60*time.Second)
 	// 7 would be the upload's failure.
 	wantCodes(t, got, map[string]int32{"envoy": 0, "web": 0})
-	t.Logf("after the deletion: the app uploaded and exited at %s, the proxy at %s",
+	note(t, "after the deletion: the app uploaded and exited at %s, the proxy at %s",
 		got["web"].finished().Sub(deleted).Round(time.Millisecond), got["envoy"].finished().Sub(deleted).Round(time.Millisecond))
 }
 
@@ -284,7 +286,7 @@ func TestOnFailureProxyCrashMidJob(t *testing.T) {
 	if restarted.After(completed.Time) {
 		order = "after" // the restarted supervisor found the record
 	}
-	t.Logf("the proxy was restarted %s the app completed (to the second: %s, %s)", order, restarted.Format(time.TimeOnly), completed.Format(time.TimeOnly))
+	note(t, "the proxy was restarted %s the app completed (to the second: %s, %s)", order, restarted.Format(time.TimeOnly), completed.Format(time.TimeOnly))
 }
 
 // Under OnFailure the app's success is recorded first; the proxy then
@@ -304,7 +306,7 @@ func TestOnFailureCompletionThenProxyKilled(t *testing.T) {
 	// The runtime's times: the kubelet's are to the second.
 	got := n.waitExits(t, containerIDs(t, p), 10*time.Second)
 	took := got["envoy"].finished().Sub(got["job"].finished())
-	t.Logf("the proxy ended %s after the app (its stop timeout is 5s)", took.Round(time.Millisecond))
+	note(t, "the proxy ended %s after the app (its stop timeout is 5s)", took.Round(time.Millisecond))
 	if took < 4*time.Second {
 		t.Fatalf("the proxy ended %s after the app: it was not held to its SIGKILL", took)
 	}

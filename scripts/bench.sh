@@ -7,8 +7,8 @@
 #   make bench                       # or: bash scripts/bench.sh
 #   PS_BENCH_QUICK=1 make bench      # a tenth of the samples, a smoke run
 #
-# Raw output goes to $BIN/bench/ (e2e.txt, storm-hyperfine.md, portwatch.txt,
-# summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/. At the
+# Raw output goes to $BIN/bench/ (e2e.txt, kubelet.txt, storm-hyperfine.md,
+# portwatch.txt, summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/. At the
 # end it rewrites the generated block of docs/benchmarks.md and
 # docs/benchmarks.svg from that output (benchreport/). pilot-agent, a peer
 # baseline, is built once per istio version by scripts/pilot-agent.sh.
@@ -102,6 +102,16 @@ hyperfine -N --warmup 2 --runs "$runs" --export-markdown "$OUT/storm-hyperfine.m
 echo "== port scan: netlink vs /proc/net/tcp"
 go test -count=1 -run '^$' -bench Scan -benchtime 200x ./internal/portwatch/ | tee "$OUT/portwatch.txt" || status=1
 
+# --- 8: pod-level figures in a real kubelet (kubelettest/) ----------------
+# Containerd, runc and a kubelet built into the user's cache (minutes when
+# cold), in namespaces of their own; the suite skips, saying why, where the
+# machine lacks them.
+echo "== pod-level figures in a real kubelet (proxy ready → app started, app exit → proxy exit, → phase, deletion → gone)"
+podruns=5
+[ -n "${PS_BENCH_QUICK:-}" ] && podruns=1
+(cd kubelettest && KUBELETTEST_FIGURE_RUNS=$podruns go test -count=1 -run '^TestPodFigures$' -v -timeout 40m .) \
+  | tee "$OUT/kubelet.txt" || status=1
+
 # --- summary --------------------------------------------------------------
 {
   echo
@@ -116,7 +126,7 @@ go test -count=1 -run '^$' -bench Scan -benchtime 200x ./internal/portwatch/ | t
   awk -F'\t' '/^MEM/ {printf "  %-58s %s %s %s %s\n", $2, $3, $4, $5, $6}' "$OUT/e2e.txt"
   echo
   echo "-- latencies (ms)"
-  awk -F'\t' '/^ROW/ {printf "  %-50s %-88s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8}' "$OUT/e2e.txt"
+  awk -F'\t' '/^ROW/ {printf "  %-50s %-88s %s %s %s %s %s\n", $2, $3, $4, $5, $6, $7, $8}' "$OUT/e2e.txt" "$OUT/kubelet.txt"
   awk -F'\t' '/^NOTE/ {printf "  note: %s: %s\n", $2, $3}' "$OUT/e2e.txt"
   echo
   echo "-- CPU (ms per second)"

@@ -95,6 +95,16 @@ func (f fixture) command(words []string) (after func(), err error) {
 		default:
 			return nil, fmt.Errorf("silent %q: want on or off", v)
 		}
+	case "slow":
+		v, err := arg()
+		if err != nil {
+			return nil, err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("slow %q: want a duration such as 1200ms, 0 for none", v)
+		}
+		f.envoy.SetSlow(d)
 	case "crash":
 		return f.crash, nil
 	case "exit":

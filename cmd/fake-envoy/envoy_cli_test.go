@@ -1,6 +1,10 @@
 package main
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,18 +45,11 @@ func TestPilotAgentCommandLine(t *testing.T) {
 // of its environment.
 func TestFixtureFlagsFromEnvironment(t *testing.T) {
 	t.Parallel()
-	p := &proc{t: t, dir: t.TempDir()}
+	dir := configDir(t)
 	cmd := exec.Command(build(t), pilotAgentArgs...)
 	cmd.Env = append(os.Environ(), "FAKE_ENVOY_FLAGS=--admin-addr 127.0.0.1:0 --listener inbound=127.0.0.1:0,inbound"+
-		" --admin-address-path "+filepath.Join(p.dir, "admin")+" --ready-file "+filepath.Join(p.dir, "ready"))
-	p.Proc = proctest.Start(t, "fake-envoy", cmd)
-	p.stderr = p.Out
-	admin := p.live()
-	_, body, err := get(admin, "GET", "/listeners", 2*time.Second)
-	_, addr, ok := strings.Cut(strings.TrimSpace(body), "inbound::")
-	if err != nil || !ok {
-		t.Fatalf("/listeners %v: %q, want the listener from FAKE_ENVOY_FLAGS", err, body)
-	}
+		" --admin-address-path "+filepath.Join(dir, "admin")+" --ready-file "+filepath.Join(dir, "ready"))
+	addr := startIn(t, dir, cmd).listener("inbound")
 	if code, _, err := get(addr, "GET", "/hello", 2*time.Second); err != nil || code != 200 {
 		t.Fatalf("GET %s/hello: %d %v", addr, code, err)
 	}
@@ -66,6 +63,7 @@ func validate(t *testing.T, args ...string) (int, string) {
 		args = append([]string{"--mode", "validate"}, args...)
 	}
 	cmd := exec.Command(build(t), args...)
+	cmd.Dir = configDir(t)
 	out, _ := cmd.CombinedOutput()
 	return cmd.ProcessState.ExitCode(), string(out)
 }
@@ -76,7 +74,7 @@ func TestEnvoyOptionsAccepted(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		pilotAgentArgs,
-		{"--config-path", "/etc/envoy.yaml", "--config-yaml", "node: {id: a}"},
+		{"--config-path", "etc/envoy.yaml", "--config-yaml", "node: {id: a}"},
 		{"--admin-address-path", t.TempDir() + "/admin", "--local-address-ip-version", "v6"},
 		{"--base-id", "7", "--base-id-path", "/tmp/base-id"},
 		{"--use-dynamic-base-id", "--skip-hot-restart-on-no-parent", "--skip-hot-restart-parent-stats"},
@@ -89,7 +87,7 @@ func TestEnvoyOptionsAccepted(t *testing.T) {
 		{"--disable-extensions", "envoy.a/b", "--socket-path", "/tmp/envoy.sock", "--socket-mode", "644", "--enable-core-dump"},
 		{"--stats-tag", "cluster_name:blue", "--stats-tag", "zone:us-east-1a"},
 		{"--drain-time-s", "-1"}, // a C++ stream wraps it around, as Envoy's does
-		{"-c", "/etc/envoy.yaml", "--", "--anything", "goes"},
+		{"-c", "etc/envoy.yaml", "--", "--anything", "goes"},
 	} {
 		if code, out := validate(t, args...); code != 0 || !strings.Contains(out, "OK") {
 			t.Errorf("%q: exit %d, want 0:\n%s", args, code, out)
@@ -193,5 +191,86 @@ func TestFixtureExitCodeIsDecimal(t *testing.T) {
 	}
 	if code, out := validate(t, "--exit-code", "0x10"); code != 1 {
 		t.Fatalf("--exit-code 0x10: exit %d, want 1:\n%s", code, out)
+	}
+}
+
+// The bootstrap on the command line: -c's file (JSON here) and
+// --config-yaml, merged; the listener forwards to the app behind it, and
+// traffic_direction INBOUND is what /drain_listeners?inboundonly goes by.
+func TestBootstrapListenersForward(t *testing.T) {
+	t.Parallel()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app "+r.URL.Path) }))
+	t.Cleanup(app.Close)
+	host, port, _ := net.SplitHostPort(app.Listener.Addr().String())
+	dir := configDir(t)
+	cluster := `{"static_resources": {"clusters": [{"name": "app", "load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "` + host + `", "port_value": ` + port + `}}}}]}]}}]}}`
+	if err := os.WriteFile(filepath.Join(dir, "clusters.json"), []byte(cluster), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	listener := `
+static_resources:
+  listeners:
+  - name: inbound
+    traffic_direction: INBOUND
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: inbound
+          route_config: {virtual_hosts: [{name: app, domains: ["*"], routes: [{match: {prefix: /}, route: {cluster: app}}]}]}
+`
+	cmd := exec.Command(build(t), "-c", "clusters.json", "--config-yaml", listener, "--admin-addr", "127.0.0.1:0",
+		"--admin-address-path", filepath.Join(dir, "admin"), "--ready-file", filepath.Join(dir, "ready"))
+	addr := startIn(t, dir, cmd).listener("inbound")
+	if code, body, err := get(addr, "GET", "/hello", 2*time.Second); err != nil || code != 200 || body != "app /hello" {
+		t.Fatalf("through the inbound listener: %d %q %v", code, body, err)
+	}
+	if code, out := validate(t, "--config-yaml", "static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.redis_proxy}]}]}]}"); code != 1 || !strings.Contains(out, "listener x") {
+		t.Errorf("a listener the fake cannot run: exit %d:\n%s", code, out)
+	}
+	if code, out := validate(t, "-c", "missing.yaml"); code != 1 || !strings.Contains(out, "Invalid path: missing.yaml") {
+		t.Errorf("a missing -c file: exit %d:\n%s", code, out)
+	}
+}
+
+// startIn runs cmd, whose admin address and ready files are in dir, in dir.
+func startIn(t *testing.T, dir string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	cmd.Dir = dir
+	p := &proc{t: t, dir: dir}
+	p.Proc = proctest.Start(t, "fake-envoy", cmd)
+	p.stderr = p.Out
+	return p
+}
+
+// listener waits until the fake is live and returns the address of its
+// listener name, as /listeners tells it.
+func (p *proc) listener(name string) string {
+	p.t.Helper()
+	_, body, err := get(p.live(), "GET", "/listeners", 2*time.Second)
+	for line := range strings.Lines(body) {
+		if n, addr, ok := strings.Cut(strings.TrimSpace(line), "::"); ok && n == name {
+			return addr
+		}
+	}
+	p.t.Fatalf("/listeners %v: %q, want %s", err, body, name)
+	return ""
+}
+
+// --fake-version picks the release: --version and /server_info say it.
+func TestFakeVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(build(t), "--version", "--fake-version", "1.31.4").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "/1.31.4/Clean/RELEASE/BoringSSL") {
+		t.Errorf("--version: %v:\n%s", err, out)
+	}
+	if code, out := validate(t, "--fake-version", "2.0"); code != 1 || !strings.Contains(out, "want 1.MINOR") {
+		t.Errorf("--fake-version 2.0: exit %d:\n%s", code, out)
+	}
+	_, body, err := get(start(t, "--fake-version", "1.40").live(), "GET", "/server_info", 2*time.Second)
+	if err != nil || !strings.Contains(body, "/1.40.0/") {
+		t.Errorf("/server_info %v:\n%s", err, body)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ type config struct {
 	statsFlush       time.Duration
 	concurrency      uint32
 	configPath       string
+	configYAML       string
+	adminAddrSet     bool // --admin-addr given: it wins over the bootstrap's admin
 	logLevel         string
 	mode             string
 
@@ -40,6 +43,7 @@ type config struct {
 	orphanLife  time.Duration
 	readyFile   string
 	control     string
+	version     fakeenvoy.EnvoyVersion
 }
 
 const usageHead = `Usage: fake-envoy [ENVOY OPTIONS] [FIXTURE FLAGS]
@@ -58,6 +62,14 @@ they kill Envoy before its handlers are installed; USR2 kills it at any time. On
 LIVE, TERM and INT shut it down at once and it exits 0, USR1 reopens the logs and
 HUP is logged and ignored. SEGV, ABRT, BUS, ILL and FPE, sent from outside or not,
 log a crash with a backtrace and re-raise, so it dies of that signal (139, 134...).
+
+The bootstrap (-c, --config-yaml) gives the admin address and the data listeners,
+which forward real traffic: an HTTP connection manager (HTTP/1.1 and h2c on one
+port) routes by path to a static cluster's first endpoint or a direct_response;
+a tcp_proxy joins its connections to its cluster's. traffic_direction INBOUND
+marks the listeners /drain_listeners?inboundonly drains. The admin API is on
+the bootstrap's admin.address: a socket_address, or a pipe (a unix socket at
+its path). --admin-addr, when given, wins over the bootstrap's admin address.
 
 FAKE_ENVOY_FLAGS, when set, holds more arguments, split at spaces, taken before
 the command line's: the fixture's flags reach a fake whose command line a parent
@@ -103,8 +115,8 @@ func envoyOptions() []envoyOption {
 		return func(c *config, v string) error { *dst(c) = v; return nil }
 	}
 	return []envoyOption{
-		{"c", "config-path", stringOpt, "path", "shown in /server_info only", str(func(c *config) *string { return &c.configPath })},
-		{"", "config-yaml", stringOpt, "yaml", "", nil},
+		{"c", "config-path", stringOpt, "path", "bootstrap config, JSON if it ends in .json, else YAML: admin.address (socket_address or pipe) and static_resources' listeners (traffic_direction INBOUND or not; http_connection_manager routes to clusters or direct responses, HTTP/1.1 and h2c; tcp_proxy) and clusters (first endpoint; http2_protocol_options for h2c upstream)", str(func(c *config) *string { return &c.configPath })},
+		{"", "config-yaml", stringOpt, "yaml", "bootstrap config as YAML, merged into -c's", str(func(c *config) *string { return &c.configYAML })},
 		{"", "mode", stringOpt, "mode", "serve (default), validate (exit 0 at once) or init_only", str(func(c *config) *string { return &c.mode })},
 		{"", "admin-address-path", stringOpt, "file", "write the bound admin address to this file", str(func(c *config) *string { return &c.adminAddressPath })},
 		{"", "local-address-ip-version", stringOpt, "v4|v6", "", nil},
@@ -182,7 +194,12 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.IntVar(&c.orphans, "orphans", 0, "at start, fork a child that starts this many grandchildren and exits at once, orphaning them")
 	fs.DurationVar(&c.orphanLife, "orphan-life", 0, "how long each orphan lives before it exits")
 	fs.StringVar(&c.readyFile, "ready-file", "", "create this `file` once LIVE")
-	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, crash, exit N")
+	fs.Func("fake-version", "the Envoy `release` to be, MAJOR.MINOR[.PATCH] (default "+fakeenvoy.DefaultVersion.String()+"), or custom for a build that reports no release (and behaves as the default): /server_info and --version report it, and /drain_listeners does what it does: before 1.29 skip_exit is ignored (envoy#30003); before 1.34 a graceful drain tells every listener's connections to close, inboundonly or not (envoy#35020, envoy#37873); from 1.40 a drain without graceful tells them too, and skip_exit needs no graceful (envoy#47042)", func(v string) error {
+		var err error
+		c.version, err = fakeenvoy.ParseVersion(v)
+		return err
+	})
+	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, slow DURATION (every admin answer that late; 0: none), crash, exit N")
 
 	opts := envoyOptions()
 	byName := map[string]*envoyOption{}
@@ -200,6 +217,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, &parseError{msg}
 	}
 	var fixture []string
+	wantVersion := false
 	seen := map[string]bool{}
 	values := map[string][]string{}
 	for i := 0; i < len(args); i++ {
@@ -212,8 +230,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 			printUsage(out, fs, opts)
 			return nil, errNoServing
 		case "--version":
-			fmt.Fprintf(out, "\nenvoy  version: %s\n\n", fakeenvoy.Version())
-			return nil, errNoServing
+			wantVersion = true // printed once --fake-version is known
+			continue
 		}
 		if o, ok := byName[a]; ok {
 			id := "(--" + o.long + ")"
@@ -265,9 +283,14 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		fmt.Fprintf(out, "fake-envoy: %v\n", err)
 		return nil, &parseError{err.Error()}
 	}
+	if wantVersion {
+		fmt.Fprintf(out, "\nenvoy  version: %s\n\n", c.version.Build())
+		return nil, errNoServing
+	}
 	if msg, long := envoyChecks(c, seen, values); msg != "" {
 		return refuse("(--"+long+")", msg)
 	}
+	fs.Visit(func(f *flag.Flag) { c.adminAddrSet = c.adminAddrSet || f.Name == "admin-addr" })
 	if seen["hot-restart-version"] {
 		fmt.Fprint(out, fakeenvoy.HotRestartVersion())
 		return nil, errNoServing
@@ -390,10 +413,34 @@ func printUsage(out io.Writer, fs *flag.FlagSet, opts []envoyOption) {
 	})
 }
 
-func (c *config) options(log *slog.Logger) fakeenvoy.Options {
+// bootstrap reads -c and --config-yaml, as Envoy does before anything else.
+// Without either the bootstrap is empty, and the fixture's flags say it all.
+func (c *config) bootstrap() (fakeenvoy.Bootstrap, error) {
+	var file []byte
+	if c.configPath != "" {
+		b, err := os.ReadFile(c.configPath)
+		if err != nil {
+			return fakeenvoy.Bootstrap{}, fmt.Errorf("Invalid path: %s", c.configPath)
+		}
+		file = b
+	}
+	return fakeenvoy.ParseBootstrap(file, strings.HasSuffix(c.configPath, ".json"), c.configYAML)
+}
+
+// options are the fake's: the bootstrap's admin unless --admin-addr is
+// given, and the fixture's listeners before the bootstrap's.
+func (c *config) options(log *slog.Logger, boot fakeenvoy.Bootstrap) fakeenvoy.Options {
+	admin, pipe := c.adminAddr, ""
+	if !c.adminAddrSet {
+		if boot.AdminAddr != "" {
+			admin = boot.AdminAddr
+		}
+		pipe = boot.AdminPipe
+	}
 	return fakeenvoy.Options{
-		AdminAddr:        c.adminAddr,
-		Listeners:        c.listeners,
+		AdminAddr:        admin,
+		AdminPipe:        pipe,
+		Listeners:        append(append([]fakeenvoy.Listener(nil), c.listeners...), boot.Listeners...),
 		BindDelay:        c.bindDelay,
 		SilentFor:        c.silentFor,
 		InitDelay:        c.initDelay,
@@ -404,6 +451,7 @@ func (c *config) options(log *slog.Logger) fakeenvoy.Options {
 		Log:              log,
 		Concurrency:      int(c.concurrency),
 		ConfigPath:       c.configPath,
+		Version:          c.version,
 		HangOnQuit:       c.hangOnTerm,
 	}
 }

@@ -62,7 +62,7 @@ func run(args []string, stderr io.Writer) int {
 	crash := func(sig syscall.Signal) {
 		critical(fmt.Sprintf("Caught %s, suspect faulting address 0x0", signalDescription(sig)))
 		critical("Backtrace (use tools/stack_decode.py to get line numbers):")
-		critical("Envoy version: " + fakeenvoy.Version())
+		critical("Envoy version: " + cfg.version.Build())
 		critical("#0: [0x5579f8e1c2a4]")
 		cleanups.run()
 		die(sig)
@@ -76,6 +76,11 @@ func run(args []string, stderr io.Writer) int {
 	log.Info("initializing epoch 0 (base id=0, hot restart version=" + fakeenvoy.HotRestartVersion() + ")")
 	if cfg.configError {
 		critical(fmt.Sprintf("error initializing configuration '%s': Unable to parse JSON as proto (INVALID_ARGUMENT: invalid JSON)", cfg.configPath))
+		return 1
+	}
+	boot, err := cfg.bootstrap()
+	if err != nil {
+		critical(fmt.Sprintf("error initializing configuration '%s': %v", cfg.configPath, err))
 		return 1
 	}
 	switch cfg.mode {
@@ -92,7 +97,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 
-	opts := cfg.options(log)
+	opts := cfg.options(log, boot)
 	opts.OnInit = func() { signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1, unix.SIGHUP) }
 	e, err := fakeenvoy.Start(opts)
 	if err != nil {

@@ -39,13 +39,33 @@ type proc struct {
 // start runs the binary on free ports with an admin address file and a ready file.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, dir: t.TempDir()}
+	p := &proc{t: t, dir: configDir(t)}
 	args = append([]string{"--admin-addr", "127.0.0.1:0",
 		"--admin-address-path", filepath.Join(p.dir, "admin"),
 		"--ready-file", filepath.Join(p.dir, "ready")}, args...)
-	p.Proc = proctest.Start(t, "fake-envoy", exec.Command(build(t), args...))
+	cmd := exec.Command(build(t), args...)
+	cmd.Dir = p.dir
+	p.Proc = proctest.Start(t, "fake-envoy", cmd)
 	p.stderr = p.Out
 	return p
+}
+
+// configDir is a directory to run the fake in, holding the bootstraps the
+// tests name by relative paths: pilot-agent's etc/istio/proxy/envoy-rev.json
+// and etc/envoy.yaml, both empty configs.
+func configDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"etc/istio/proxy/envoy-rev.json": "{}", "etc/envoy.yaml": "{}\n"} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // waitFile waits until the file name holds what ok accepts.
@@ -302,11 +322,11 @@ func TestCommandLine(t *testing.T) {
 
 func TestEnvoyFlagsAreAccepted(t *testing.T) {
 	t.Parallel()
-	p := start(t, "-c", "/etc/istio/proxy/envoy-rev.json", "--drain-time-s", "45", "--drain-strategy", "immediate",
+	p := start(t, "-c", "etc/istio/proxy/envoy-rev.json", "--drain-time-s", "45", "--drain-strategy", "immediate",
 		"--disable-hot-restart", "--local-address-ip-version", "v4", "--log-format", "%Y", "-l", "warning")
 	admin := p.live()
 	_, body, err := get(admin, "GET", "/server_info", 2*time.Second)
-	if err != nil || !strings.Contains(body, `"drain_time": "45s"`) || !strings.Contains(body, `"config_path": "/etc/istio/proxy/envoy-rev.json"`) {
+	if err != nil || !strings.Contains(body, `"drain_time": "45s"`) || !strings.Contains(body, `"config_path": "etc/istio/proxy/envoy-rev.json"`) {
 		t.Fatalf("/server_info %v:\n%s", err, body)
 	}
 	if strings.Contains(p.stderr.String(), "[info]") {

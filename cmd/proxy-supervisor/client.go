@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
@@ -114,20 +115,15 @@ func waitURL(url string, timeout time.Duration) (bool, string) {
 }
 
 func runWait(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("wait", "wait [--timeout D] [--control-dir DIR | --url URL]",
+	f := newFlags("wait", "wait [--timeout DURATION] [--control-dir DIR | --url URL]",
 		"Exits 0 once the proxy is ready, or non-zero at the timeout. Fits a postStart hook and an app's start script.")
 	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	url := &httpURL{what: readinessEndpoint}
 	f.fs.Var(url, "url", "an http:// readiness `URL` to poll instead of the control socket (a proxy that is not ours); plain HTTP only")
 	trust := supervisorUIDs(f)
-	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
-	if done {
+	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done {
 		return code
-	}
-	if len(rest) > 0 {
-		fmt.Fprintf(stderr, "proxy-supervisor: wait: unexpected argument %q\n", rest[0])
-		return 2
 	}
 	if err := positive("timeout", *timeout); err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
@@ -160,8 +156,8 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 }
 
 func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("prestop", "prestop [--timeout D] [--control-dir DIR]",
-		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it. "+
+	f := newFlags("prestop", "prestop [--timeout DURATION] [--control-dir DIR]",
+		"Starts the drain (readiness 503, Envoy's listeners drained) and blocks until the app's ports are closed and Envoy's connections are done, or the supervisor's --drain-timeout ends it; under the supervisor's --native-sidecar it returns once the drain has started, since the kubelet holds the sidecar's SIGTERM until the app has exited. "+
 			"Exits 0 whenever the pod may go on terminating (drained, the drain's bound reached, the proxy never ready or already gone) and says which on stdout; 1 only when the supervisor refused the request or its socket is not trusted.")
 	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most; the drain goes on after it")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
@@ -211,6 +207,10 @@ func prestopOutcome(drained bool, why string, err error, timeout time.Duration) 
 		return "every peer has completed: nothing to drain", 0
 	case why == string(drain.TimedOut):
 		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
+	case strings.HasPrefix(why, supervise.Stopped+":"):
+		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, supervise.Stopped+":"))), 0
+	case why == supervise.NativeSidecar:
+		return "drain started; the kubelet's SIGTERM stops the proxy once the app has exited (native sidecar)", 0
 	case why == supervise.StillDraining:
 		return fmt.Sprintf("still draining after --timeout %v; the supervisor's drain goes on", timeout), 0
 	case drained:
@@ -223,7 +223,7 @@ func runStatus(args []string, env func(string) string, stdout, stderr io.Writer)
 	f := newFlags("status", "status [--control-dir DIR]", "Prints the supervisor's state as JSON.")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
-	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done || f.checkOnly() {
+	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done || f.checkOnly() {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -88,14 +88,10 @@ func designTables(t *testing.T) map[string]string {
 			t.Fatalf("%s --help: exit %d: %s", c.name, code, stderr.String())
 		}
 		h, ok := parseHelp(stdout.String())
-		synopsis := c.name
-		if ok {
-			synopsis = h.synopsis
-		}
-		fmt.Fprintf(&list, "| `%s` | %s |\n", cell(synopsis), cell(c.about))
 		if !ok {
-			continue // version prints the version, and has no help
+			t.Fatalf("%s --help: not a help text:\n%s", c.name, stdout.String())
 		}
+		fmt.Fprintf(&list, "| `%s` | %s |\n", cell(h.synopsis), cell(c.about))
 		var b strings.Builder
 		fmt.Fprintf(&b, "`proxy-supervisor %s`\n\n%s\n", h.synopsis, h.about)
 		if len(h.flags) > 0 {
@@ -109,7 +105,7 @@ func designTables(t *testing.T) map[string]string {
 				if f.env != "" {
 					env = "`" + f.env + "`"
 				}
-				fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", f.name, env, def, cell(f.usage))
+				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", cell(strings.TrimSpace("--"+f.name+" "+f.arg)), env, def, cell(f.usage))
 			}
 		}
 		blocks["command "+c.name] = b.String()
@@ -121,7 +117,7 @@ func designTables(t *testing.T) map[string]string {
 // cell makes text safe in a table cell.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
-type helpFlag struct{ name, usage, env, def string }
+type helpFlag struct{ name, arg, usage, env, def string }
 
 type help struct {
 	synopsis, about string
@@ -141,7 +137,7 @@ func parseHelp(text string) (help, bool) {
 		if !ok || i+1 >= len(lines) {
 			continue
 		}
-		name, _, _ = strings.Cut(name, " ")
+		name, arg, _ := strings.Cut(name, " ")
 		usage := strings.TrimSpace(lines[i+1])
 		i++
 		// A flag that the environment never sets (--check) has no env line.
@@ -152,7 +148,7 @@ func parseHelp(text string) (help, bool) {
 				i++
 			}
 		}
-		h.flags = append(h.flags, helpFlag{name, usage, env, def})
+		h.flags = append(h.flags, helpFlag{name, arg, usage, env, def})
 	}
 	return h, true
 }

@@ -26,13 +26,13 @@ var forwarded = []os.Signal{
 }
 
 func peerFlags(f *flags) (name, dir *string, trust *uidList) {
-	name = f.fs.String("name", control.DefaultPeer, "this peer's name; set it literally in each app container's manifest (the downward API cannot give a container its own name)")
+	name = f.text("name", control.DefaultPeer, "NAME", "this peer's name; set it literally in each app container's manifest (the downward API cannot give a container its own name)")
 	dir = controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock and peers/")
 	return name, dir, supervisorUIDs(f)
 }
 
 func runExec(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("exec", "exec [--name N] [--timeout D] [--control-dir DIR] -- COMMAND [ARG...]",
+	f := newFlags("exec", "exec [--name NAME] [--timeout DURATION] [--control-dir DIR] -- COMMAND [ARG...]",
 		"Marks this peer running, waits until the proxy is ready, runs COMMAND (forwarding signals, reaping orphans), records its completion and exits with its code. If the proxy is not ready within --timeout it records not-ready and exits 69 without running COMMAND. When the record cannot be written (a full or read-only volume), COMMAND still runs and its completion goes over the socket alone.")
 	name, dir, trust := peerFlags(f)
 	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the proxy (Istio's startup budget), and for a supervisor to take a completion that could not be recorded")
@@ -344,7 +344,14 @@ func (r reporter) poke(code int, reason peers.Reason) error {
 		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
-		r.say("completion of %s recorded; no supervisor is listening (not yet, or no longer: it may have read the record and stopped), and one that starts reads it", r.name)
+		// The usual end of a Job under exec: the supervisor watches peers/,
+		// so it has often read the record and stopped before this poke.
+		// That is said calmly: nothing is wrong, and nothing is lost.
+		if r.cmd == "exec" {
+			r.say("completion of %s (exit %d) recorded; the supervisor has already read it and stopped, or reads it when it starts", r.name, code)
+		} else {
+			r.say("completion of %s (exit %d) recorded; no supervisor is listening: it has read the record and stopped already, or reads it when it starts", r.name, code)
+		}
 	default:
 		r.say("completion of %s recorded; the supervisor did not answer (%v): it may have read the record and stopped already, and otherwise reads it on its next scan", r.name, err)
 	}
@@ -393,7 +400,7 @@ func (r reporter) deliver(ctx context.Context, code int, reason peers.Reason, wh
 const deliverEvery = 100 * time.Millisecond
 
 func runComplete(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("complete", "complete [--name N] [--exit-code C] [--control-dir DIR]",
+	f := newFlags("complete", "complete [--name NAME] [--exit-code CODE] [--control-dir DIR]",
 		"Records this peer's completion durably, then tells the supervisor. It succeeds even when no supervisor is listening: the supervisor reads the record when it starts. When the record cannot be written (a full or read-only volume), the completion goes over the socket alone, and complete waits up to --timeout for a supervisor to take it. Exits 0 once the completion is recorded or taken, 1 when it was neither or the supervisor refused it, 2 on bad usage.")
 	name, dir, trust := peerFlags(f)
 	var code exitCode

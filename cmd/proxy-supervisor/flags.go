@@ -63,11 +63,16 @@ func (f *flags) checkOnly() bool { return *f.check }
 // parse reads args, then the environment for every flag not given. It
 // returns flag.ErrHelp for -h/--help.
 func (f *flags) parse(args []string, getenv func(string) string) ([]string, error) {
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		if _, ok := fl.Value.(explained); !ok {
+			fl.Value = explained{fl.Value}
+		}
+	})
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, usagef("%s: %s", f.fs.Name(), dashed(err.Error()))
+		return nil, usagef("%s: %s", f.fs.Name(), f.reworded(err.Error()))
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
@@ -78,11 +83,52 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 		}
 		if v := getenv(envName(fl.Name)); v != "" {
 			if e := f.fs.Set(fl.Name, v); e != nil {
-				err = usagef("%s: --%s from %s=%q: %v", f.fs.Name(), fl.Name, envName(fl.Name), v, e)
+				err = usagef("%s: invalid value %q for --%s (from %s): %v", f.fs.Name(), v, fl.Name, envName(fl.Name), e)
 			}
 		}
 	})
 	return f.fs.Args(), err
+}
+
+// explained gives a bad value of the flag package's own types an error that
+// names the form it wants: the package says only "parse error".
+type explained struct{ flag.Value }
+
+func (e explained) Set(v string) error {
+	err := e.Value.Set(v)
+	if err == nil {
+		return nil
+	}
+	g, ok := e.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return errors.New("want a duration such as 5s or 300ms")
+	case bool:
+		return errors.New("want true or false")
+	}
+	return err
+}
+
+func (e explained) IsBoolFlag() bool {
+	b, ok := e.Value.(boolFlag)
+	return ok && b.IsBoolFlag()
+}
+
+// reworded makes the flag package's messages read like ours: a flag named
+// with two dashes, as documented, and an unknown flag pointing at --help.
+func (f *flags) reworded(msg string) string {
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Sprintf("unknown flag --%s (proxy-supervisor %s --help lists the flags)", name, f.fs.Name())
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		if fl := f.fs.Lookup(name); fl != nil {
+			return fmt.Sprintf("--%s needs a value: %s", name, placeholder(fl))
+		}
+	}
+	return dashed(msg)
 }
 
 // dashed makes the flag package's messages name flags the way they are
@@ -105,7 +151,7 @@ func dashed(msg string) string {
 		}
 		for _, mid := range []string{" for flag -", " for -"} {
 			if tail, ok := strings.CutPrefix(rest[len(q):], mid); ok {
-				return p + q + mid + "-" + tail
+				return "invalid value " + q + " for --" + tail
 			}
 		}
 	}
@@ -136,15 +182,16 @@ func (f *flags) usage(w io.Writer) {
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	fmt.Fprintln(w, "\nFlags (each also read from its environment variable; a flag wins):")
 	for _, fl := range all {
-		arg, help := flag.UnquoteUsage(fl)
-		if _, ok := fl.Value.(boolFlag); ok {
-			arg = ""
+		_, help := flag.UnquoteUsage(fl)
+		fmt.Fprintf(w, "  --%s", fl.Name)
+		if p := placeholder(fl); p != "" {
+			fmt.Fprintf(w, " %s", p)
 		}
+		fmt.Fprintf(w, "\n      %s\n", help)
 		if fl.Name == checkFlag {
-			fmt.Fprintf(w, "  --%s\n      %s\n", fl.Name, help)
 			continue
 		}
-		fmt.Fprintf(w, "  --%s %s\n      %s\n      env %s", fl.Name, arg, help, envName(fl.Name))
+		fmt.Fprintf(w, "      env %s", envName(fl.Name))
 		if fl.DefValue != "" {
 			fmt.Fprintf(w, ", default %s", fl.DefValue)
 		}
@@ -152,7 +199,55 @@ func (f *flags) usage(w io.Writer) {
 	}
 }
 
+// placeholder names the form of a flag's value in the help, in one style
+// for every command: an upper-case word (DURATION, DIR, URL, HOST:PORT,
+// NAME), a list as ITEM,..., a fixed set as its words joined by |. A bool
+// flag has none. It comes from the value's type, or from a word of the
+// usage in backquotes, the flag package's way.
+func placeholder(fl *flag.Flag) string {
+	v := fl.Value
+	if e, ok := v.(explained); ok {
+		v = e.Value
+	}
+	if p, ok := v.(interface{ placeholder() string }); ok {
+		return p.placeholder()
+	}
+	if b, ok := v.(boolFlag); ok && b.IsBoolFlag() {
+		return ""
+	}
+	if g, ok := v.(flag.Getter); ok {
+		if _, ok := g.Get().(time.Duration); ok {
+			return "DURATION"
+		}
+	}
+	name, _ := flag.UnquoteUsage(&flag.Flag{Name: fl.Name, Usage: fl.Usage, Value: v})
+	return strings.ToUpper(name)
+}
+
 type boolFlag interface{ IsBoolFlag() bool }
+
+// text is a string flag whose form the help names, such as NAME.
+type text struct {
+	val  *string
+	form string
+}
+
+func (t text) String() string {
+	if t.val == nil {
+		return ""
+	}
+	return *t.val
+}
+
+func (t text) Set(v string) error  { *t.val = v; return nil }
+func (t text) placeholder() string { return t.form }
+
+// text defines a string flag whose value has the given form in the help.
+func (f *flags) text(name, def, form, usage string) *string {
+	v := def
+	f.fs.Var(text{&v, form}, name, usage)
+	return &v
+}
 
 // portList is a comma list of TCP ports, such as 8080,9090.
 type portList []uint16
@@ -165,12 +260,14 @@ func (p *portList) String() string {
 	return strings.Join(s, ",")
 }
 
+func (p *portList) placeholder() string { return "PORT,..." }
+
 func (p *portList) Set(v string) error {
 	*p = nil
 	for _, f := range splitList(v) {
 		n, err := http1.ParsePort(f)
 		if err != nil {
-			return err
+			return fmt.Errorf("%q is not a port; want a comma list of ports from 1 to 65535, such as 8080,9090", f)
 		}
 		*p = append(*p, n)
 	}
@@ -188,13 +285,15 @@ func (u *uidList) String() string {
 	return strings.Join(s, ",")
 }
 
+func (u *uidList) placeholder() string { return "UID,..." }
+
 func (u *uidList) Set(v string) error {
 	*u = nil
 	for _, f := range splitList(v) {
 		// 4294967295 is (uid_t)-1, which no process has: chown's "no change".
 		n, err := strconv.ParseUint(f, 10, 32)
 		if err != nil || n == 1<<32-1 {
-			return fmt.Errorf("%q is not a uid", f)
+			return fmt.Errorf("%q is not a uid; want a comma list of uids, such as 1000,1337", f)
 		}
 		*u = append(*u, uint32(n))
 	}
@@ -211,10 +310,12 @@ func (o *optionalUID) String() string {
 	return strconv.Itoa(int(*o))
 }
 
+func (o *optionalUID) placeholder() string { return "UID" }
+
 func (o *optionalUID) Set(v string) error {
 	n, err := strconv.ParseUint(v, 10, 31)
 	if err != nil {
-		return fmt.Errorf("%q is not a uid", v)
+		return errors.New("want a uid, such as 1337")
 	}
 	*o = optionalUID(n)
 	return nil
@@ -228,6 +329,8 @@ type choice struct {
 
 func (c *choice) String() string { return c.val }
 
+func (c *choice) placeholder() string { return strings.Join(c.allowed, "|") }
+
 func (c *choice) Set(v string) error {
 	for _, a := range c.allowed {
 		if v == a {
@@ -235,7 +338,7 @@ func (c *choice) Set(v string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%q: want one of %s", v, strings.Join(c.allowed, ", "))
+	return fmt.Errorf("want one of %s", strings.Join(c.allowed, ", "))
 }
 
 func splitList(v string) []string {
@@ -263,6 +366,8 @@ type exitCode int
 
 func (c *exitCode) String() string { return strconv.Itoa(int(*c)) }
 
+func (c *exitCode) placeholder() string { return "CODE" }
+
 func (c *exitCode) Set(v string) error {
 	n, err := strconv.Atoi(v)
 	if err != nil || peers.ValidCode(n) != nil {
@@ -278,6 +383,8 @@ func (c *exitCode) Set(v string) error {
 type listenAddr string
 
 func (a *listenAddr) String() string { return string(*a) }
+
+func (a *listenAddr) placeholder() string { return "HOST:PORT" }
 
 func (a *listenAddr) Set(v string) error {
 	if v == "" {
@@ -305,17 +412,24 @@ func (a *listenAddr) Set(v string) error {
 type httpURL struct {
 	val  string
 	what string
+	unix bool // unix:///PATH is taken too: HTTP over a unix socket
 }
 
 func (u *httpURL) String() string { return u.val }
 
 func (u *httpURL) Set(v string) error {
-	_, err := http1.ParseURL(v)
+	p, err := http1.ParseURL(v)
 	if errors.Is(err, http1.ErrHTTPS) {
 		return fmt.Errorf("%w: the URL is %s, which is plain HTTP", err, u.what)
 	}
+	if errors.Is(err, http1.ErrScheme) && !u.unix {
+		return errors.New("want http://HOST:PORT")
+	}
 	if err != nil {
 		return err
+	}
+	if p.Network == "unix" && !u.unix {
+		return errors.New("want http://HOST:PORT")
 	}
 	u.val = v
 	return nil
@@ -327,6 +441,8 @@ func (u *httpURL) Set(v string) error {
 type controlDir string
 
 func (d *controlDir) String() string { return string(*d) }
+
+func (d *controlDir) placeholder() string { return "DIR" }
 
 func (d *controlDir) Set(v string) error {
 	if v == "" {

@@ -261,6 +261,9 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"restart policy conflicts with the alias from env", sup("--on-peer-failure", "wait"), map[string]string{"PROXY_SUPERVISOR_RESTART_POLICY": "Always"}, "--on-peer-failure"},
 		{"health port is the admin port", sup("--health-addr", "127.0.0.1:15000"), nil, "--health-addr"},
 		{"health port is the admin port, any address", sup("--health-addr", ":9901", "--admin-url", "http://127.0.0.1:9901"), nil, "--health-addr"},
+		{"admin url relative unix path", sup("--admin-url", "unix:admin.sock"), nil, "--admin-url"},
+		{"admin url unix with a host", sup("--admin-url", "unix://envoy/admin.sock"), nil, "--admin-url"},
+		{"extra ready url unix", sup("--extra-ready-url", "unix:///run/ready.sock"), nil, "--extra-ready-url"},
 		{"allowed uid -1", sup("--allowed-uids", "0,4294967295"), nil, "--allowed-uids"},
 		{"control dir too long", sup("--control-dir", long), nil, "--control-dir"},
 		{"control dir empty", sup("--control-dir", ""), nil, "--control-dir"},
@@ -317,12 +320,13 @@ func TestGoodAddressesAccepted(t *testing.T) {
 }
 
 // The flag package's message gets two dashes before the flag's name only,
-// never inside the value it quotes.
+// never inside the value it quotes, and reads as ours: "invalid value V for
+// --NAME" whatever the flag's type.
 func TestDashed(t *testing.T) {
 	for in, want := range map[string]string{
-		`invalid value "a-b" for flag -admin-url: bad`:  `invalid value "a-b" for flag --admin-url: bad`,
-		`invalid value "\" for flag -x" for flag -y: z`: `invalid value "\" for flag -x" for flag --y: z`,
-		`invalid boolean value "-1" for -native: bad`:   `invalid boolean value "-1" for --native: bad`,
+		`invalid value "a-b" for flag -admin-url: bad`:  `invalid value "a-b" for --admin-url: bad`,
+		`invalid value "\" for flag -x" for flag -y: z`: `invalid value "\" for flag -x" for --y: z`,
+		`invalid boolean value "-1" for -native: bad`:   `invalid value "-1" for --native: bad`,
 		`flag provided but not defined: -drain-max`:     `flag provided but not defined: --drain-max`,
 		`flag needs an argument: -timeout`:              `flag needs an argument: --timeout`,
 		`bad flag syntax: ---x`:                         `bad flag syntax: ---x`,

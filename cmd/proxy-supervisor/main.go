@@ -23,6 +23,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -80,27 +81,41 @@ func commands() []command {
 		{"prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},
 		{"status", "print the supervisor's state as JSON", runStatus},
 		{"install", "copy this binary into DIR for app containers (an init container)", runInstall},
-		{"version", "print the version", func(_ []string, _ func(string) string, out, _ io.Writer) int {
-			fmt.Fprintln(out, "proxy-supervisor", version)
-			return 0
-		}},
+		{"version", "print the version (also: proxy-supervisor --version)", runVersion},
 	}
 }
 
+// run dispatches the command line the way go and kubectl do: help on
+// stdout with exit 0 when asked for (-h, --help, help [COMMAND]), on stderr
+// with exit 2 when no command was given; --version as the version command.
 func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
 		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
+	case "help":
+		if len(args) > 1 {
+			return run([]string{args[1], "--help"}, env, stdout, stderr)
+		}
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		return runVersion(args[1:], env, stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(args[1:], env, stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "proxy-supervisor: unknown command %q (try --help)\n", args[0])
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "proxy-supervisor: unknown flag %s before the command (--help lists the commands, --version prints the version)\n", args[0])
+		return 2
+	}
+	fmt.Fprintf(stderr, "proxy-supervisor: unknown command %q (--help lists the commands)\n", args[0])
 	return 2
 }
 
@@ -110,6 +125,15 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.about)
 	}
 	fmt.Fprintln(w, "\nRun 'proxy-supervisor COMMAND --help' for a command's flags.")
+}
+
+func runVersion(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	f := newFlags("version", "version", "Prints this binary's version, and the Go release that built it, on one line.")
+	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done || f.checkOnly() {
+		return code
+	}
+	fmt.Fprintf(stdout, "proxy-supervisor %s (%s)\n", version, runtime.Version())
+	return 0
 }
 
 // parseOrExit parses a command's flags. It returns done=true with the exit
@@ -125,4 +149,17 @@ func parseOrExit(f *flags, args []string, env func(string) string, stdout, stder
 		return nil, 2, true
 	}
 	return rest, 0, false
+}
+
+// parseFlagsOnly is parseOrExit for a command that takes no arguments.
+func parseFlagsOnly(f *flags, args []string, env func(string) string, stdout, stderr io.Writer) (code int, done bool) {
+	rest, code, done := parseOrExit(f, args, env, stdout, stderr)
+	if done {
+		return code, true
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "proxy-supervisor: %s: unexpected argument %q\n", f.fs.Name(), rest[0])
+		return 2, true
+	}
+	return 0, false
 }

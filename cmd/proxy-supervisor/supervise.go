@@ -30,21 +30,25 @@ const (
 const graceMargin = 5 * time.Second
 
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	// First of all: a SIGTERM during the start must be the supervisor's to
+	// answer (143), never Go's default (exit 2 in PID 1).
+	sigs := supervise.Subscribe()
+	defer sigs.Stop()
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
-	adminURL := &httpURL{"http://127.0.0.1:15000", "Envoy's admin API in the pod"}
-	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT: readiness, drain, stop and connection counts come from it")
+	adminURL := &httpURL{val: "http://127.0.0.1:15000", what: "Envoy's admin API in the pod", unix: true}
+	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT, or unix:///PATH for one on a unix socket (admin.address.pipe), which other containers cannot reach: readiness, drain, stop and connection counts come from it")
 	healthAddr := listenAddr(":15022")
 	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
-	peerSpec := f.fs.String("peers", "1", "how many app containers must report completion, or a comma list of their names")
+	peerSpec := f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
 	restart := &choice{string(peers.Never), restartNames()}
 	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
 	onFailure := &choice{"", []string{"exit", "wait"}}
 	f.fs.Var(onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
-	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does")
+	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does, at once when the app has gone, and preStop returns once the drain has started")
 	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
-	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed")
+	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed, and under --native-sidecar but for a restart of the sidecar while the app runs")
 	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
 	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
@@ -58,9 +62,10 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
 	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
-	extraReady := &httpURL{"", readinessEndpoint}
+	extraReady := &httpURL{what: readinessEndpoint}
 	f.fs.Var(extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
 	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
+	termLog := f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
 	logFormat := &choice{"text", []string{"text", "json"}}
 	f.fs.Var(logFormat, "log-format", "log format: text or json")
 
@@ -194,6 +199,8 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
 		FailOnEnvoyDeath:     *envoyDeath,
 		HungAfter:            *hungAfter,
+		Signals:              sigs,
+		TerminationLog:       *termLog,
 		Log:                  log,
 	})
 	if err != nil {

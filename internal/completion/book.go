@@ -183,10 +183,13 @@ func (b *Book) Load(why string) peers.Verdict {
 	return b.load(why)
 }
 
-func (b *Book) load(why string) peers.Verdict {
-	recs, errs := b.read(b.cfg.Records, b.cfg.AllowedUIDs)
+// load is Load with mu held. also names records to read whether or not the
+// listing reaches them, as the book's known names are: the one whose report
+// is being confirmed.
+func (b *Book) load(why string, also ...string) peers.Verdict {
+	recs, errs := b.read(b.cfg.Records, b.cfg.AllowedUIDs, also)
 	if b.kept {
-		posted, perrs := b.read(b.posted, []uint32{uint32(os.Geteuid())})
+		posted, perrs := b.read(b.posted, []uint32{uint32(os.Geteuid())}, also)
 		for name, r := range posted {
 			recs[name] = latest(recs[name], r)
 		}
@@ -351,28 +354,46 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 	return v
 }
 
-// logSkipped logs each unreadable record once, not on every rescan. The
+// logSkipped logs what a read skipped in one line, and only when it skipped
+// something it had not skipped at the read before: a line per file, or per
+// rescan, would let any container that plants files fill the log. The
 // caller holds mu.
 func (b *Book) logSkipped(errs []error) {
 	seen := b.skipped
 	b.skipped = make(map[string]bool, len(errs))
+	var news []error
 	for _, err := range errs {
 		msg := err.Error()
-		b.skipped[msg] = true
-		if !seen[msg] {
-			b.cfg.Log.Warn("completion record skipped", "err", err)
+		if !b.skipped[msg] && !seen[msg] {
+			news = append(news, err)
 		}
+		b.skipped[msg] = true
+	}
+	if len(news) > 0 {
+		b.cfg.Log.Warn("completion records skipped", "skipped", len(b.skipped), "new", len(news), "first", news[0])
 	}
 }
 
 // read reads one store, only as far as the policy needs: the names it
-// lists, or at most NameLimit records. A read's cost therefore does not grow
-// with names that cannot change the verdict.
-func (b *Book) read(d peers.Dir, allowed []uint32) (map[string]peers.Record, []error) {
+// lists, or at most NameLimit directory entries, skipped ones included, and
+// the names the book knows already. A read's cost therefore does not grow
+// with what any container may plant in peers/ (writable by all), and what
+// was planted ahead of a known record in directory order cannot make the
+// book forget it. The caller holds mu.
+func (b *Book) read(d peers.Dir, allowed []uint32, also []string) (map[string]peers.Record, []error) {
 	if len(b.cfg.Policy.Names) > 0 {
 		return d.LoadNames(b.cfg.Policy.Names, allowed)
 	}
-	return d.LoadUpTo(allowed, NameLimit(b.cfg.Policy))
+	recs, errs := d.LoadUpTo(allowed, NameLimit(b.cfg.Policy))
+	var missed []string
+	for _, name := range append(slices.Collect(maps.Keys(b.recs)), also...) {
+		if _, ok := recs[name]; !ok && !slices.Contains(missed, name) {
+			missed = append(missed, name)
+		}
+	}
+	more, merrs := d.LoadNames(missed, allowed)
+	maps.Copy(recs, more)
+	return recs, append(errs, merrs...)
 }
 
 func latest(a, b peers.Record) peers.Record {
@@ -476,7 +497,7 @@ func (b *Book) apply(name string, r peers.Record, why string) peers.Verdict {
 	recs[name] = r
 	v := b.cfg.Policy.Decide(recs)
 	if v.Settled {
-		return b.load(why)
+		return b.load(why, name)
 	}
 	return b.storeDecided(recs, v, why)
 }

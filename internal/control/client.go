@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -152,16 +153,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 // ready) cannot pass, since nothing accepts connections any more; a new
 // supervisor binds a new socket file, without the mark.
 func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, error) {
-	if c.marked() {
-		if conn, err := c.http.Dial(ctx); err == nil {
-			// exec's completion goes over it: the server keeps a new
-			// connection for its first request for a while (headTimeout),
-			// and a kept connection it closed meanwhile is dialled again.
-			c.http.Keep(conn)
-			if c.marked() {
-				return true, "", nil
-			}
-		}
+	if conn, ok := c.dialMarked(ctx); ok {
+		// exec's completion goes over it: the server keeps a new
+		// connection for its first request for a while (headTimeout),
+		// and a kept connection it closed meanwhile is dialled again.
+		c.http.Keep(conn)
+		return true, "", nil
 	}
 	var out struct {
 		Ready  bool
@@ -177,11 +174,50 @@ func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, e
 	return out.Ready, out.Reason, nil
 }
 
-// marked reports whether the socket file carries the ready mark, and is a
-// socket owned by a uid trusted to be the supervisor.
-func (c *Client) marked() bool {
+// dialMarked connects to the socket if, and only if, the socket it connects
+// to carries the ready mark. The mark and the connection must be checked on
+// the same socket file: each path lookup resolves the control dir anew, and
+// where that dir is not sticky (Istio's root-owned emptyDir, which a
+// supervisor of uid 1337 cannot make sticky) any uid can swap sock/ with
+// the sock/ a SIGKILLed supervisor left behind (renameat2 RENAME_EXCHANGE)
+// between the lookups: the stale, marked file is then read while the
+// connection reaches the live supervisor that is not ready, and both are
+// trusted uids. So sock/ is opened once, and the file is read (fstatat)
+// and connected to (through /proc/self/fd/N/, as the server binds it)
+// relative to that one descriptor. Only the supervisor may change what
+// control.sock names in it, which fstat of the descriptor checks: a
+// directory of a trusted uid that no other uid can write. A check on the
+// connected socket itself cannot do it: the mark is the file's mode, and a
+// socket descriptor's fstat describes the socket, not the file. Without
+// /proc the mark is not used, and the request answers instead.
+func (c *Client) dialMarked(ctx context.Context) (net.Conn, bool) {
+	// No trailing slash: with one, O_NOFOLLOW would still follow a symlink.
+	dir, name := filepath.Dir(c.path), filepath.Base(c.path)
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(dfd)
 	var st unix.Stat_t
-	return unix.Lstat(c.path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK &&
+	if unix.Fstat(dfd, &st) != nil || st.Mode&0o022 != 0 || !slices.Contains(c.trusted, st.Uid) || !c.markedAt(dfd, name) {
+		return nil, false
+	}
+	conn, err := dialTrusted(ctx, fmt.Sprintf("/proc/self/fd/%d/%s", dfd, name), c.trusted)
+	if err != nil {
+		return nil, false
+	}
+	if !c.markedAt(dfd, name) { // cleared while we connected
+		conn.Close()
+		return nil, false
+	}
+	return conn, true
+}
+
+// markedAt reports whether name in the directory dfd carries the ready
+// mark, and is a socket owned by a uid trusted to be the supervisor.
+func (c *Client) markedAt(dfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK &&
 		st.Mode&ReadyMark != 0 && slices.Contains(c.trusted, st.Uid)
 }
 

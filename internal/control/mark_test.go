@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -83,5 +84,46 @@ func TestNoReadyMarkUnderAllowedUIDs(t *testing.T) {
 	defer cancel()
 	if ready, _, err := c.Ready(ctx, time.Second); ready || !Refused(err) {
 		t.Fatalf("Ready of a uid outside --allowed-uids: %v %v; want refused", ready, err)
+	}
+}
+
+// The mark counts only in a socket directory that no uid but the
+// supervisor's can change: in one that others may write, or behind a
+// symlink, what control.sock names could change between the mark's read
+// and the connect, so Ready asks instead.
+func TestReadyMarkNeedsASocketDirOnlyTheSupervisorChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		alter func(t *testing.T, sockDir string)
+	}{
+		{"writable by all", func(t *testing.T, sockDir string) {
+			if err := os.Chmod(sockDir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"behind a symlink", func(t *testing.T, sockDir string) {
+			moved := filepath.Join(filepath.Dir(sockDir), "real")
+			if err := os.Rename(sockDir, moved); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(moved, sockDir); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend()
+			s, c := serve(t, b, nil)
+			s.MarkReady(true)
+			tc.alter(t, filepath.Dir(s.Path()))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if ready, _, err := c.Ready(ctx, 50*time.Millisecond); ready || err != nil {
+				t.Fatalf("Ready: %v %v; want the backend's not ready", ready, err)
+			}
+			if n := b.waits.Load(); n != 1 {
+				t.Fatalf("the backend was asked %d times, want once: the mark must not answer", n)
+			}
+		})
 	}
 }

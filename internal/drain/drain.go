@@ -85,8 +85,9 @@ type Config struct {
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
 
-	// InboundOnly drains only listeners marked inbound (sidecars).
-	InboundOnly bool
+	// Call is the /drain_listeners request, chosen for Envoy's release
+	// (ChooseCall); without flags the drain makes none.
+	Call Call
 	// HealthcheckFail also POSTs /healthcheck/fail, for edge proxies that
 	// load balancers health-check through Envoy. It makes Envoy hint every
 	// connection to close, outbound ones included, while the app may still
@@ -99,7 +100,9 @@ type Config struct {
 	// has ended or the bound comes.
 	Running func() int
 	// Recheck: the listeners were drained already (a preStop's drain that
-	// ended before SIGTERM); only wait for the condition again.
+	// ended before SIGTERM); only wait for the condition again. A condition
+	// that holds at the first check ends it at once: the first drain's
+	// quiet period has passed, and a second would only delay the stop.
 	Recheck bool
 
 	// Tick is how often the condition is checked, WatchedTick how often
@@ -146,7 +149,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		d.listenersDrained = true
 		d.cfg.Min = 0
 	} else {
-		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
+		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout, "call", cfg.Call.String())
 	}
 	if cfg.HealthcheckFail && !cfg.Recheck {
 		ctx, cancel := d.callCtx(deadline)
@@ -236,7 +239,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 	// exec: under Never the first failure settles the verdict while another
 	// peer may still be finishing, through the proxy.
 	peersDone := false
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-settled:
 			settled, peersDone = nil, true
@@ -275,6 +278,10 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		switch {
 		case !st.holds():
 			quietSince = time.Time{}
+		case d.cfg.Recheck && first:
+			// The first drain held its quiet period already, and nothing
+			// has opened since: a second one would only delay the stop.
+			return Drained
 		case quietSince.IsZero():
 			quietSince = now
 		}
@@ -378,15 +385,14 @@ func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 	return attrs
 }
 
-// drainListeners asks Envoy to drain its listeners gracefully.
+// drainListeners makes the drain's /drain_listeners call, if it has one.
 func (d *drainer) drainListeners(deadline time.Time) error {
+	if d.cfg.Call.Flags == nil {
+		return nil
+	}
 	ctx, cancel := d.callCtx(deadline)
 	defer cancel()
-	flags := []string{"graceful"}
-	if d.cfg.InboundOnly {
-		flags = append(flags, "inboundonly")
-	}
-	return d.cfg.Admin.Post(ctx, "/drain_listeners", flags...)
+	return d.cfg.Admin.Post(ctx, "/drain_listeners", d.cfg.Call.Flags...)
 }
 
 // appPorts lists the ports the app still listens on.

@@ -130,6 +130,7 @@ func config(a *fakeAdmin, s *fakeScanner, clock *fakeClock) Config {
 		Owner:   portwatch.Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: -1},
 		Min:     5 * time.Second,
 		Timeout: 20 * time.Second,
+		Call:    ChooseCall(envoy.Version{Major: 1, Minor: 36}, true, true),
 		Tick:    time.Millisecond,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -400,5 +401,18 @@ func TestRecheckWaitsForConnectionsOnly(t *testing.T) {
 	defer a.mu.Unlock()
 	if len(a.posts) != 0 {
 		t.Errorf("a re-check posted %v", a.posts)
+	}
+}
+
+// A re-check whose condition holds at its first check ends at once: the
+// preStop's drain held the quiet period already, and a second one would
+// make every deletion wait it twice (a kubelet's SIGTERM follows the hook).
+func TestRecheckThatHoldsAtOnceHasNoQuietPeriod(t *testing.T) {
+	a, s, clock := &fakeAdmin{}, &fakeScanner{}, &fakeClock{now: time.Unix(0, 0)}
+	cfg := config(a, s, clock)
+	cfg.Recheck = true
+	r := within(t, start(cfg, nil), 5*time.Second)
+	if r.End != Drained || r.Took != 0 {
+		t.Fatalf("end %q after %v on the fake clock; want drained at once", r.End, r.Took)
 	}
 }

@@ -33,7 +33,8 @@ import (
 // context and by Timeout: Envoy binds the admin port before its event loop
 // runs, so a connection can succeed and then hang.
 type Admin struct {
-	addr    string // HOST:PORT
+	network string // tcp, or unix for admin.address.pipe
+	addr    string // HOST:PORT, or the socket's path
 	client  *http1.Client
 	Timeout time.Duration
 }
@@ -45,22 +46,29 @@ type Admin struct {
 const maxBody = 4 << 20
 
 // NewAdmin returns a client for the admin API at rawURL, such as
-// http://127.0.0.1:15000 (port 80 when none is given). Its path, if any, is
-// not used.
+// http://127.0.0.1:15000 (port 80 when none is given), or unix:///PATH for
+// an admin API on a unix socket (admin.address.pipe), which no other
+// container of the pod can reach unless it mounts the socket's directory.
+// Its path, if any, is not used.
 func NewAdmin(rawURL string) (*Admin, error) {
 	u, err := http1.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("admin URL: %w", err)
 	}
 	return &Admin{
+		network: u.Network,
 		addr:    u.Addr,
-		client:  &http1.Client{Dial: http1.TCP(u.Addr, time.Second), Host: u.Host, MaxBody: maxBody},
+		client:  &http1.Client{Dial: u.Dial(time.Second), Host: u.Host, MaxBody: maxBody},
 		Timeout: 2 * time.Second,
 	}, nil
 }
 
-// Port is the admin API's port; its listener is the proxy's, not the app's.
+// Port is the admin API's TCP port, whose listener is the proxy's, not the
+// app's; 0 when it is on a unix socket.
 func (a *Admin) Port() uint16 {
+	if a.network != "tcp" {
+		return 0
+	}
 	_, port, _ := net.SplitHostPort(a.addr)
 	p, _ := strconv.ParseUint(port, 10, 16)
 	return uint16(p)
@@ -68,8 +76,12 @@ func (a *Admin) Port() uint16 {
 
 // Refused reports whether err means nothing listens on the admin port, which
 // is different from an admin API that does not answer: a refusing Envoy is not
-// running, so it has no connections; a silent one is unknown.
-func Refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+// running, so it has no connections; a silent one is unknown. On a unix
+// socket, a path that does not exist (Envoy has not bound it yet, or removed
+// it) is refused too.
+func Refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
+}
 
 // StatusError is an answer with an unexpected HTTP status.
 type StatusError struct {
@@ -119,6 +131,9 @@ func encodeFlags(q url.Values) string {
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
 // BenchmarkBoundRefused). Other hosts take the ordinary dialer.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
+	if a.network == "unix" {
+		return connectsUnix(a.addr)
+	}
 	if ap, err := netip.ParseAddrPort(a.addr); err == nil && ap.Addr().IsLoopback() {
 		return connects(ctx, ap)
 	}
@@ -168,6 +183,26 @@ func connects(ctx context.Context, ap netip.AddrPort) (bool, error) {
 		return false, nil
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return true, nil
+	default:
+		return false, fmt.Errorf("admin probe: %w", err)
+	}
+}
+
+// connectsUnix tries a connect to the unix socket at path. It answers at
+// once: refused when the path is missing or nothing listens on it, bound
+// when it connects or the listener's backlog is full (EAGAIN).
+func connectsUnix(path string) (bool, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return false, fmt.Errorf("admin probe: %w", err)
+	}
+	defer unix.Close(fd)
+	err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+	switch {
+	case err == nil, errors.Is(err, unix.EAGAIN):
+		return true, nil
+	case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.ENOENT):
+		return false, nil
 	default:
 		return false, fmt.Errorf("admin probe: %w", err)
 	}

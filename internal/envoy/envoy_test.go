@@ -81,7 +81,7 @@ func TestTrackerPhases(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, a := startEnvoy(t, tt.opts)
 			tr := track(t, a, false)
-			waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Reason == tt.before && !s.Ready })
+			waitStatus(t, tr, 5*time.Second, func(s Status) bool { return strings.HasPrefix(s.Reason, tt.before) && !s.Ready })
 			st := waitStatus(t, tr, 10*time.Second, func(s Status) bool { return s.Ready })
 			if st.Reason != "LIVE" {
 				t.Fatalf("ready with reason %q", st.Reason)
@@ -123,12 +123,36 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	}
 	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
 	e.SetSilent(true)
-	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return s.Reason == "admin API does not answer" })
+	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return strings.HasPrefix(s.Reason, "admin API does not answer") })
 	last := tr.LastAnswer()
 	time.Sleep(200 * time.Millisecond) // several polls, none answered
 	if got := tr.LastAnswer(); !got.Equal(last) {
 		t.Fatalf("the last answer moved from %v to %v while the admin API was silent", last, got)
 	}
+}
+
+// A slow Envoy is alive: every answer later than the poll's bound reads
+// not ready, and still moves the last answer, which liveness reads. (Only
+// answers within the bound counted, so a busy Envoy read as hung.)
+func TestTrackerSlowIsNotSilent(t *testing.T) {
+	e, a := startEnvoy(t, fakeenvoy.Options{})
+	tr := track(t, a, false) // polls cut at 45 ms once ready
+	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	e.SetSlow(150 * time.Millisecond)
+	waitStatus(t, tr, 3*time.Second, func(s Status) bool {
+		return !s.Ready && strings.HasPrefix(s.Reason, "admin API does not answer")
+	})
+	for range 3 {
+		last := tr.LastAnswer()
+		proctest.Eventually(t, 2*time.Second, "a late answer moves the last answer", func() bool {
+			return tr.LastAnswer().After(last)
+		})
+	}
+	if st, _ := tr.Status(); st.Ready {
+		t.Fatalf("ready on answers later than the poll's bound: %+v", st)
+	}
+	e.SetSlow(0)
+	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
 }
 
 func TestTrackerGoneIsFinal(t *testing.T) {

@@ -38,7 +38,7 @@ func NewReadyURL(rawURL string) (*ReadyURL, error) {
 		return nil, fmt.Errorf("readiness URL: %w", err)
 	}
 	return &ReadyURL{url: rawURL, target: u.Target, client: &http1.Client{
-		Dial:    http1.TCP(u.Addr, time.Second),
+		Dial:    u.Dial(time.Second),
 		Host:    u.Host,
 		MaxBody: maxReadyBody,
 	}}, nil

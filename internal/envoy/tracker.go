@@ -31,6 +31,13 @@ type TrackerConfig struct {
 	// StartEvery and ReadyEvery are the poll intervals before and after
 	// readiness; zero means the defaults.
 	StartEvery, ReadyEvery time.Duration
+	// Silence is how long a GET /ready may wait for its answer before the
+	// admin API counts as silent; zero means the admin client's Timeout.
+	// A poll stops waiting at its own bound (0.9 × ReadyEvery) and reads
+	// not ready, but the request goes on, and an answer within Silence,
+	// however late for readiness, still proves Envoy alive (LastAnswer):
+	// a main thread busy with a large xDS push is slow, not hung.
+	Silence time.Duration
 	// OnChange, if set, is told of every change, with the status before
 	// it and whether this is the first time the proxy is ready. It is
 	// called in order, before anyone waiting on the change is woken, so
@@ -49,7 +56,14 @@ type Status struct {
 // Tracker polls the admin API and publishes every change of readiness.
 type Tracker struct {
 	admin *Admin
+	live  *Admin // admin, with Silence for its bound
 	cfg   TrackerConfig
+
+	// The GET /ready still awaited, if any, and when it was sent; only
+	// Run's goroutine touches them. One at a time: a slow Envoy is not
+	// sent more work while it is behind.
+	pending chan answer
+	sent    time.Time
 
 	mu      sync.Mutex
 	status  Status
@@ -68,8 +82,11 @@ func NewTracker(admin *Admin, cfg TrackerConfig) *Tracker {
 	if cfg.ReadyEvery <= 0 {
 		cfg.ReadyEvery = DefaultReadyEvery
 	}
+	live := *admin
+	live.Timeout = max(admin.Timeout, cfg.Silence)
 	return &Tracker{
 		admin:   admin,
+		live:    &live,
 		cfg:     cfg,
 		status:  Status{Reason: "proxy starting"},
 		changed: make(chan struct{}),
@@ -167,44 +184,80 @@ func (t *Tracker) Run(ctx context.Context) error {
 	}
 }
 
+// answer is what a GET /ready came back with, and when.
+type answer struct {
+	state string
+	ready bool
+	err   error
+	at    time.Time
+}
+
 func (t *Tracker) poll(ctx context.Context) Status {
-	// A poll must end before the next one is due, so that a ready answer is
-	// never older than ReadyEvery.
-	if st, _ := t.Status(); st.Down {
+	if st, _ := t.Status(); st.Down && t.pending == nil {
 		if bound, err := t.admin.Bound(ctx); err == nil && !bound {
 			return st
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.ReadyEvery*9/10)
+	// A poll must end before the next one is due, so that a ready answer is
+	// never older than ReadyEvery. Its request may outlive it (ask).
+	bound := t.cfg.ReadyEvery * 9 / 10
+	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	state, ready, err := t.admin.ServerState(ctx)
-	var se *StatusError
-	if err == nil || errors.As(err, &se) {
-		t.mu.Lock()
-		t.heard = time.Now()
-		t.mu.Unlock()
+	if t.pending == nil {
+		t.pending, t.sent = t.ask(ctx), time.Now()
+	}
+	slow := Status{Reason: fmt.Sprintf("admin API does not answer within %v", bound)}
+	var a answer
+	select {
+	case a = <-t.pending:
+		t.pending = nil
+	case <-pctx.Done():
+		return slow
 	}
 	switch {
-	case Refused(err):
+	case Refused(a.err):
 		return Status{Reason: "admin API refuses connections", Down: true}
-	case errors.Is(err, context.DeadlineExceeded):
-		return Status{Reason: "admin API does not answer"}
-	case err != nil:
-		return Status{Reason: err.Error()}
-	case !ready:
-		return Status{Reason: state}
+	case errors.Is(a.err, context.DeadlineExceeded):
+		return slow
+	case a.err != nil:
+		return Status{Reason: a.err.Error()}
+	case a.at.Sub(t.sent) > bound:
+		// Alive (LastAnswer moved), but the answer is older than a ready
+		// one may be.
+		return slow
+	case !a.ready:
+		return Status{Reason: a.state}
 	}
 	if t.cfg.Strict {
-		if why := t.configured(ctx); why != "" {
+		if why := t.configured(pctx); why != "" {
 			return Status{Reason: why}
 		}
 	}
 	if t.cfg.Also != nil {
-		if why := t.cfg.Also(ctx); why != "" {
+		if why := t.cfg.Also(pctx); why != "" {
 			return Status{Reason: why}
 		}
 	}
-	return Status{Ready: true, Reason: state}
+	return Status{Ready: true, Reason: a.state}
+}
+
+// ask sends GET /ready and delivers its answer on the returned channel,
+// bounded by Silence rather than by the poll that sent it. Any answer, a
+// 503 or an unexpected status included, moves LastAnswer when it arrives.
+func (t *Tracker) ask(ctx context.Context) chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		state, ready, err := t.live.ServerState(ctx)
+		now := time.Now()
+		var se *StatusError
+		if err == nil || errors.As(err, &se) {
+			t.mu.Lock()
+			t.heard = now
+			t.mu.Unlock()
+		}
+		ch <- answer{state, ready, err, now}
+	}()
+	return ch
 }
 
 // configured says what is missing before an xDS-fed Envoy has real config, or

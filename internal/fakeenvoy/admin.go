@@ -233,13 +233,26 @@ func closeAdmin(srv *http.Server) {
 	}
 }
 
-// waitAnswering holds an admin request while the admin loop does not run.
+// waitAnswering holds an admin request while the admin loop does not run,
+// and then for as long as SetSlow says the main thread is busy.
 func (e *Envoy) waitAnswering(ctx context.Context) bool {
 	e.mu.Lock()
-	ch := e.answerCh
+	ch, slow := e.answerCh, e.slow
 	e.mu.Unlock()
 	select {
 	case <-ch:
+	case <-ctx.Done():
+		return false
+	case <-e.stop:
+		return false
+	}
+	if slow <= 0 {
+		return true
+	}
+	t := time.NewTimer(slow)
+	defer t.Stop()
+	select {
+	case <-t.C:
 		return true
 	case <-ctx.Done():
 	case <-e.stop:

@@ -228,7 +228,7 @@ func TestServerInfo(t *testing.T) {
 	t.Parallel()
 	e := startLive(t, Options{DrainTime: 45 * time.Second, DrainStrategy: "immediate", ConfigPath: "/etc/envoy.yaml"})
 	a := call(t, e, "GET", "/server_info")
-	if !strings.HasPrefix(a.body, "{\n \"version\": \""+Version()+"\",\n \"state\": \"LIVE\",\n \"uptime_current_epoch\": \"") {
+	if !strings.HasPrefix(a.body, "{\n \"version\": \""+DefaultVersion.Build()+"\",\n \"state\": \"LIVE\",\n \"uptime_current_epoch\": \"") {
 		t.Errorf("not Envoy's layout:\n%s", a.body)
 	}
 	var info struct {

@@ -6,35 +6,68 @@ import (
 	"time"
 )
 
-// handleDrainListeners is POST /drain_listeners. Its flags count by presence, whatever
-// their value, as Envoy's do.
+// handleDrainListeners is POST /drain_listeners as the chosen release
+// answers it (EnvoyVersion's methods tell which change came when). Its flags
+// count by presence, whatever their value, as Envoy's do. inboundonly always
+// chooses which listeners stop; which connections are told to close, and
+// when listeners stop, depend on the release.
 func (e *Envoy) handleDrainListeners(w http.ResponseWriter, r *http.Request) {
+	v := e.opts.Version
 	q := query(r)
 	_, graceful := q["graceful"]
 	_, inboundOnly := q["inboundonly"]
 	_, skipExit := q["skip_exit"]
-	if skipExit && !graceful {
+	if !v.knowsSkipExit() {
+		skipExit = false // envoy#30003: an unknown parameter, ignored
+	}
+	if skipExit && !graceful && !v.nonGracefulDrains() {
+		// envoy#30003 until envoy#47042.
 		reply(w, http.StatusBadRequest, "", "skip_exit requires graceful\n")
 		return
 	}
-	if graceful {
-		e.drainGracefully(inboundOnly, skipExit)
-	} else {
+	// envoy#35020, fixed by envoy#37873: the drain's direction.
+	hintInboundOnly := inboundOnly && v.drainsOneDirection()
+	switch {
+	case graceful:
+		e.drainGracefully(hintInboundOnly, inboundOnly, skipExit)
+	case v.nonGracefulDrains():
+		// envoy#47042: the drain starts, and the listeners stop at once
+		// unless skip_exit.
+		e.startDrain(hintInboundOnly)
+		if !skipExit {
+			e.stopListeners(inboundOnly)
+		}
+	default:
+		// Before envoy#47042: the listeners stop, no connection is told.
 		e.stopListeners(inboundOnly)
 	}
 	reply(w, http.StatusOK, "", "OK\n")
 }
 
-// drainGracefully is Envoy's drain sequence: the listeners keep accepting for the drain
-// time while their HTTP connections are told to close on their next response, then they
-// stop unless skip_exit.
-// TCP proxies never act on it. A drain that is already under way for the same scope
-// changes nothing.
-func (e *Envoy) drainGracefully(inboundOnly, skipExit bool) {
+// drainGracefully is Envoy's graceful drain: the listeners keep accepting for
+// the drain time while their HTTP connections are told to close, then the
+// listeners in stop's scope stop unless skip_exit. A drain already under way
+// that covers the direction changes nothing, not even its clock.
+func (e *Envoy) drainGracefully(hintInboundOnly, stopInboundOnly, skipExit bool) {
+	if !e.startDrain(hintInboundOnly) {
+		return
+	}
+	if !skipExit {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.timers = append(e.timers, time.AfterFunc(e.opts.DrainTime, func() { e.stopListeners(stopInboundOnly) }))
+	}
+}
+
+// startDrain starts the drain sequence on the listeners of a direction: from
+// now on their HTTP connections are told to close (TCP proxies never act on
+// it). It reports false when a drain covering the direction is under way
+// already.
+func (e *Envoy) startDrain(inboundOnly bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.shutting || e.drainAll || (inboundOnly && e.drainIn) {
-		return
+		return false
 	}
 	if inboundOnly {
 		e.drainIn = true
@@ -54,9 +87,7 @@ func (e *Envoy) drainGracefully(inboundOnly, skipExit bool) {
 			l.scheduleDrain(c)
 		}
 	}
-	if !skipExit {
-		e.timers = append(e.timers, time.AfterFunc(e.opts.DrainTime, func() { e.stopListeners(inboundOnly) }))
-	}
+	return true
 }
 
 // stopListeners stops accepting on every listener in scope; connections stay.

@@ -139,52 +139,6 @@ func TestGracefulGradualDrainSpreadsCloses(t *testing.T) {
 	}
 }
 
-func TestDrainScopes(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		query       string
-		code        int
-		answer      string
-		inStops     bool // the inbound listener stops accepting
-		outStops    bool
-		outDraining bool // responses on the outbound listener carry connection: close
-	}{
-		{"graceful&inboundonly", 200, "OK\n", true, false, false},
-		{"graceful", 200, "OK\n", true, true, true},
-		{"graceful=false", 200, "OK\n", true, true, true}, // presence counts, not value
-		{"graceful&skip_exit", 200, "OK\n", false, false, true},
-		{"inboundonly", 200, "OK\n", true, false, false},
-		{"", 200, "OK\n", true, true, false},
-		{"skip_exit", 400, "skip_exit requires graceful\n", false, false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.query, func(t *testing.T) {
-			t.Parallel()
-			e := startLive(t, Options{DrainTime: 300 * time.Millisecond, DrainStrategy: "immediate", Listeners: []Listener{
-				{Name: "out", Addr: "127.0.0.1:0"},
-				{Name: "in", Addr: "127.0.0.1:0", Inbound: true},
-			}})
-			out, in := e.ListenerAddrs()[0].String(), e.ListenerAddrs()[1].String()
-			kept := dialHTTP(t, out)
-			kept.get()
-			if a := call(t, e, "POST", "/drain_listeners?"+tt.query); a.code != tt.code || a.body != tt.answer {
-				t.Fatalf("%d %q", a.code, a.body)
-			}
-			time.Sleep(600 * time.Millisecond)
-			if got := refused(in); got != tt.inStops {
-				t.Errorf("inbound stopped = %v, want %v", got, tt.inStops)
-			}
-			if got := refused(out); got != tt.outStops {
-				t.Errorf("outbound stopped = %v, want %v", got, tt.outStops)
-			}
-			closedOrClosing := kept.closedByPeer(10*time.Millisecond) || kept.get()
-			if closedOrClosing != tt.outDraining {
-				t.Errorf("outbound connection drained = %v, want %v", closedOrClosing, tt.outDraining)
-			}
-		})
-	}
-}
-
 func TestDuplicateDrainChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := startLive(t, drainOptions("immediate", 400*time.Millisecond))

@@ -65,12 +65,22 @@ type Listener struct {
 	Inbound    bool   // traffic_direction: INBOUND (matters for inboundonly)
 	TCP        bool   // plain tcp_proxy: ignores drains, connections stay until the peer closes; else an HTTP connection manager
 	StatPrefix string // for the http.<prefix>.downstream_cx_active duplicate of HTTP listeners; default derived from Name
+
+	// Routes is an HTTP listener's route table, from a bootstrap's
+	// route_config: a request goes to the first route that matches its
+	// path, and one that matches none gets Envoy's 404. Nil: every request
+	// gets a 200 from the listener itself.
+	Routes []Route
+	// Upstream is where a TCP listener forwards its connections ("IP:port");
+	// "" echoes what the peer sends.
+	Upstream string
 }
 
 // Options configure a fake Envoy. The zero value is an Envoy with no listeners that
 // binds 127.0.0.1:15000 and goes LIVE at once.
 type Options struct {
 	AdminAddr        string // default "127.0.0.1:15000"
+	AdminPipe        string // a unix socket's path (admin.address.pipe); replaces AdminAddr
 	Listeners        []Listener
 	BindDelay        time.Duration // admin port not bound yet for this long
 	SilentFor        time.Duration // after binding, connections are accepted but never answered for this long (Envoy binds before its loop runs)
@@ -84,6 +94,9 @@ type Options struct {
 	// Concurrency is the number of worker threads whose per-worker stats split the
 	// connection counts (--concurrency). Default 2.
 	Concurrency int
+	// Version is the release the fake behaves like (/server_info, and what
+	// /drain_listeners does); zero is DefaultVersion.
+	Version EnvoyVersion
 	// ConfigPath only shows in /server_info, like Envoy's -c.
 	ConfigPath string
 	// HangOnQuit makes /quitquitquit answer OK without shutting anything down: a proxy
@@ -100,12 +113,12 @@ type Envoy struct {
 	opts      Options
 	log       *slog.Logger
 	started   time.Time
-	adminAP   netip.AddrPort
 	adminSock *socket
 	listeners []*dataListener
 	stats     *store
 	adminCx   cxStats
 	admin     []adminHandler // sorted by path
+	up        upstreams
 
 	mu       sync.Mutex
 	phase    initPhase
@@ -113,6 +126,7 @@ type Envoy struct {
 	manual   bool          // SetState took over from the start-up phases
 	loopUp   bool          // the admin loop runs (SilentFor is over)
 	silent   bool          // SetSilent(true)
+	slow     time.Duration // SetSlow: each admin answer takes this long
 	answerCh chan struct{} // closed while the admin answers
 	drainAll bool          // a graceful drain of every listener is under way
 	drainIn  bool          // one of the inbound listeners is
@@ -163,6 +177,7 @@ func Start(opts Options) (*Envoy, error) {
 		done:        make(chan struct{}),
 		fatal:       make(chan error, 1),
 		levels:      make(map[string]string),
+		up:          newUpstreams(),
 	}
 	e.admin = e.adminHandlers()
 	if err := e.reservePorts(); err != nil {
@@ -222,14 +237,20 @@ func withDefaults(o Options) (Options, error) {
 }
 
 func (e *Envoy) reservePorts() error {
-	ap, err := netip.ParseAddrPort(e.opts.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("admin address %q: %w", e.opts.AdminAddr, err)
+	if p := e.opts.AdminPipe; p != "" {
+		var err error
+		if e.adminSock, err = reserveUnix(p); err != nil {
+			return fmt.Errorf("admin pipe: %w", err)
+		}
+	} else {
+		ap, err := netip.ParseAddrPort(e.opts.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("admin address %q: %w", e.opts.AdminAddr, err)
+		}
+		if e.adminSock, err = reserve(ap); err != nil {
+			return fmt.Errorf("admin address %s: %w", ap, err)
+		}
 	}
-	if e.adminSock, err = reserve(ap); err != nil {
-		return fmt.Errorf("admin address %s: %w", ap, err)
-	}
-	e.adminAP = e.adminSock.addr
 	for _, cfg := range e.opts.Listeners {
 		ap, err := netip.ParseAddrPort(cfg.Addr)
 		if err != nil {
@@ -253,9 +274,9 @@ func (e *Envoy) releasePorts() {
 	}
 }
 
-// AdminAddr is the admin address with its port resolved, e.g. "127.0.0.1:15000". It is
-// known before the port is bound.
-func (e *Envoy) AdminAddr() string { return e.adminAP.String() }
+// AdminAddr is the admin address with its port resolved, e.g. "127.0.0.1:15000", or
+// the unix socket's path. It is known before the port is bound.
+func (e *Envoy) AdminAddr() string { return e.adminSock.String() }
 
 // ListenerAddrs are the data listeners' addresses, ports resolved, in Options order.
 func (e *Envoy) ListenerAddrs() []netip.AddrPort {
@@ -312,6 +333,15 @@ func (e *Envoy) SetSilent(on bool) {
 	e.updateAnswering()
 }
 
+// SetSlow makes every admin answer take d, as a main thread busy with a
+// large xDS push or a /stats dump delays them all (the admin handlers run on
+// it); 0 answers at once again. A slow Envoy is alive: it answers, late.
+func (e *Envoy) SetSlow(d time.Duration) {
+	e.mu.Lock()
+	e.slow = d
+	e.mu.Unlock()
+}
+
 // Quit is closed when POST /quitquitquit arrives.
 func (e *Envoy) Quit() <-chan struct{} { return e.quit }
 
@@ -365,6 +395,7 @@ func (e *Envoy) shutdown() {
 		for _, l := range e.listeners {
 			l.closeAll()
 		}
+		e.up.close()
 		if srv != nil {
 			closeAdmin(srv)
 		} else {

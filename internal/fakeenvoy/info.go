@@ -10,16 +10,11 @@ import (
 	"time"
 )
 
-// The build the fake pretends to be. The revision is all zeros so that nobody mistakes
-// it for a real build.
+// The build the fake pretends to be, but for its version (EnvoyVersion).
 const (
-	envoyVersion      = "1.37.2"
 	envoyRevision     = "0000000000000000000000000000000000000000"
 	hotRestartVersion = "11.104"
 )
-
-// Version is the build string /server_info reports, in Envoy's shape.
-func Version() string { return envoyRevision + "/" + envoyVersion + "/Clean/RELEASE/BoringSSL" }
 
 // HotRestartVersion is what --hot-restart-version prints and /hot_restart_version
 // answers.
@@ -104,7 +99,7 @@ func (e *Envoy) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		strategy = "Immediate"
 	}
 	info := serverInfo{
-		Version:            Version(),
+		Version:            e.opts.Version.Build(),
 		State:              e.State().String(),
 		UptimeCurrentEpoch: uptime,
 		UptimeAllEpochs:    uptime,
@@ -128,7 +123,7 @@ func (e *Envoy) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		Node: node{UserAgentName: "envoy"},
 	}
 	bv := &info.Node.UserAgentBuildVersion
-	bv.Version.Major, bv.Version.Minor, bv.Version.Patch = 1, 37, 2
+	bv.Version.Major, bv.Version.Minor, bv.Version.Patch = e.opts.Version.numbers()
 	bv.Metadata.BuildType = "RELEASE"
 	bv.Metadata.RevisionSHA = envoyRevision
 	bv.Metadata.SSLVersion = "BoringSSL"

@@ -1,21 +1,20 @@
 package fakeenvoy
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // dataListener is one data-plane listener: a TCP proxy or an HTTP connection manager
-// whose every request gets a 200. Its connections are real, and they alone move the
-// downstream_cx stats.
+// that forwards to its routes' upstreams (forward.go). Its connections are real, and
+// they alone move the downstream_cx stats.
 type dataListener struct {
 	e         *Envoy
 	cfg       Listener
@@ -117,6 +116,9 @@ type dataConn struct {
 	stats cxStats
 
 	due time.Time // when a drain tells this connection to close; guarded by l.e.mu
+
+	goAway func()    // HTTP/2: starts the GOAWAY sequence, once
+	hinted sync.Once // counts downstream_cx_drain_close once
 }
 
 func (l *dataListener) track(nc net.Conn) *dataConn {
@@ -150,73 +152,6 @@ func (l *dataListener) untrack(c *dataConn) {
 	c.nc.Close()
 	c.stats.closed()
 	l.active.Add(-1)
-}
-
-// serveTCP stands in for tcp_proxy with an echoing upstream. It never looks at a
-// drain: the connection lasts until the peer closes it.
-func (l *dataListener) serveTCP(c *dataConn) {
-	io.Copy(c.nc, c.nc)
-}
-
-// serveHTTP is a minimal HTTP/1.1 connection manager: every request gets a 200, and a
-// drain (or a failed health check) puts "connection: close" on the next response. As in
-// Envoy, that is all a drain does to an HTTP/1 connection: a keep-alive connection with
-// no request in flight stays open (counted in downstream_cx_active, not in
-// downstream_rq_active) until its client sends again or closes it. A request is active
-// from its headers to the end of its response, its body's upload included.
-func (l *dataListener) serveHTTP(c *dataConn) {
-	scope := l.httpScope()
-	rqActive := l.e.stats.gauge(scope + ".downstream_rq_active")
-	rqTotal := l.e.stats.counter(scope + ".downstream_rq_total")
-	drainClose := l.e.stats.counter(scope + ".downstream_cx_drain_close")
-	br := bufio.NewReader(c.nc)
-	for {
-		req, err := http.ReadRequest(br)
-		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
-			io.WriteString(c.nc, httpResponse(http.StatusBadRequest, "Bad Request", false, true))
-			return
-		}
-		// Envoy counts a request when its headers are decoded, so a client that has its
-		// response always sees itself in downstream_rq_total.
-		rqTotal.add(1)
-		rqActive.add(1)
-		io.Copy(io.Discard, req.Body)
-		req.Body.Close()
-		draining := l.drainCloseDue(c)
-		closing := req.Close || draining
-		body := fmt.Sprintf("fake-envoy listener %s\n", l.cfg.Name)
-		_, werr := io.WriteString(c.nc, httpResponse(http.StatusOK, body, req.Method == http.MethodHead, closing))
-		rqActive.add(-1)
-		if werr != nil {
-			return
-		}
-		if closing {
-			if draining {
-				drainClose.add(1)
-			}
-			return
-		}
-	}
-}
-
-func httpResponse(code int, body string, head, closing bool) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
-	fmt.Fprintf(&b, "content-length: %d\r\n", len(body))
-	b.WriteString("content-type: text/plain\r\n")
-	fmt.Fprintf(&b, "date: %s\r\n", time.Now().UTC().Format(http.TimeFormat))
-	b.WriteString("server: envoy\r\n")
-	if closing {
-		b.WriteString("connection: close\r\n")
-	}
-	b.WriteString("\r\n")
-	if !head {
-		b.WriteString(body)
-	}
-	return b.String()
 }
 
 // stop is Envoy's stopListeners for this listener: no more accepts, connections stay.

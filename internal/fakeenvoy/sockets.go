@@ -19,6 +19,7 @@ const backlog = 128
 // another process could take it.
 type socket struct {
 	addr netip.AddrPort
+	path string // a unix socket's (Envoy's admin.address.pipe), removed at close
 
 	mu sync.Mutex
 	fd int // -1 once listening or closed
@@ -69,32 +70,65 @@ func reserve(ap netip.AddrPort) (*socket, error) {
 	return &socket{addr: netip.AddrPortFrom(ip, uint16(port)), fd: fd}, nil
 }
 
+// reserveUnix binds a unix socket at path, not listening yet: the path
+// exists and a connect is refused, as for a TCP port before Envoy listens.
+// A socket left at path by an earlier run is replaced; any other file is not.
+func reserveUnix(path string) (*socket, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind %s: %w", path, err)
+	}
+	return &socket{path: path, fd: fd}, nil
+}
+
 // listen turns the reserved socket into a listener; from then on connects succeed.
 func (s *socket) listen() (net.Listener, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
-		return nil, fmt.Errorf("listen %s: socket closed", s.addr)
+		return nil, fmt.Errorf("listen %s: socket closed", s)
 	}
 	if err := unix.Listen(s.fd, backlog); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", s.addr, err)
+		return nil, fmt.Errorf("listen %s: %w", s, err)
 	}
-	f := os.NewFile(uintptr(s.fd), "tcp:"+s.addr.String())
+	f := os.NewFile(uintptr(s.fd), "socket:"+s.String())
 	s.fd = -1
 	defer f.Close() // FileListener holds its own duplicate
 	ln, err := net.FileListener(f)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", s.addr, err)
+		return nil, fmt.Errorf("listen %s: %w", s, err)
+	}
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false) // the socket's close removes the path
 	}
 	return ln, nil
 }
 
-// close releases the port if listen never took the socket over.
+func (s *socket) String() string {
+	if s.path != "" {
+		return s.path
+	}
+	return s.addr.String()
+}
+
+// close releases the port if listen never took the socket over, and
+// removes a unix socket's path, as the process's exit would leave it
+// refusing.
 func (s *socket) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd >= 0 {
 		unix.Close(s.fd)
 		s.fd = -1
+	}
+	if s.path != "" {
+		os.Remove(s.path)
 	}
 }

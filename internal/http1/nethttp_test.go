@@ -181,7 +181,7 @@ func FuzzReadResponseAsNetHTTP(f *testing.F) {
 func FuzzParseURLAsNetURL(f *testing.F) {
 	for _, s := range []string{
 		"http://127.0.0.1:15000", "http://[::1]:15020/healthz/ready?x=1", "HTTP://envoy/stats?filter=a%20b",
-		"http://u@h/", "http://h:0", "http://h/%zz", "http://[::1", "http://::1/", "http://h?q", "http://h/a b",
+		"http://u@h/", "http://h:0", "unix:///run/admin.sock", "unix://h/x", "unix:///a%20b", "http://h/%zz", "http://[::1", "http://::1/", "http://h?q", "http://h/a b",
 	} {
 		f.Add(s)
 	}
@@ -191,6 +191,12 @@ func FuzzParseURLAsNetURL(f *testing.F) {
 			return
 		}
 		u, err := url.Parse(raw)
+		if got.Network == "unix" {
+			if err != nil || !strings.EqualFold(u.Scheme, "unix") || u.Host != "" || u.Path != got.Addr || u.RawQuery != "" {
+				t.Fatalf("%q: ParseURL %+v, net/url %+v (%v)", raw, got, u, err)
+			}
+			return
+		}
 		if err != nil || !strings.EqualFold(u.Scheme, "http") || u.User != nil || u.Host != got.Host {
 			t.Fatalf("%q: ParseURL %+v, net/url %+v (%v)", raw, got, u, err)
 		}

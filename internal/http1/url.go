@@ -11,32 +11,44 @@ import (
 	"time"
 )
 
-// URL is an http:// URL taken apart for a Client: the address to dial, the
-// Host header, and the request target (path and query).
+// URL is a URL taken apart for a Client: the network and address to dial,
+// the Host header, and the request target (path and query).
 type URL struct {
-	Addr, Host, Target string
+	Network, Addr, Host, Target string
 }
 
 // ErrHTTPS is an https:// URL: the binary carries no TLS, since every
 // server it asks is in the pod and none speaks it.
 var ErrHTTPS = errors.New("https is not supported")
 
+// ErrScheme is a URL of neither http:// nor unix://.
+var ErrScheme = errors.New("want http://HOST:PORT or unix:///PATH")
+
 // ParseURL takes apart an http:// URL, such as Envoy's admin address or a
 // readiness URL: http, a host that is an IP address or a DNS name, a port
 // from 1 to 65535 if one is given (80 if not), no credentials, and a path
 // and query without spaces, control characters or a fragment, with
-// well-formed escapes. It is the one check of such a URL, the flags' as well as the
-// clients'. It is written out rather than left to net/url, whose parser
-// would be in the binary for this alone.
+// well-formed escapes. Or unix:///PATH, plain HTTP over the unix socket at
+// PATH (Envoy's admin.address.pipe), whose requests go to / with Host
+// localhost. Other schemes are refused: every server the supervisor asks is
+// local and speaks plain HTTP. It is the one check of such a URL, the
+// flags' as well as the clients'. It is written out rather than left to
+// net/url, whose parser would be in the binary for this alone.
 func ParseURL(raw string) (URL, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	switch {
 	case !ok:
-		return URL{}, errors.New("want http://HOST:PORT")
+		return URL{}, ErrScheme
 	case strings.EqualFold(scheme, "https"):
 		return URL{}, ErrHTTPS
+	case strings.EqualFold(scheme, "unix"):
+		// the path as given: a % in it is refused rather than unescaped
+		if !strings.HasPrefix(rest, "/") || !only([]byte(rest), cTarget) || strings.ContainsAny(rest, "?%") {
+			return URL{}, errors.New("want unix:///PATH, an absolute path")
+		}
+		return URL{Network: "unix", Addr: rest, Host: "localhost", Target: "/"}, nil
 	case !strings.EqualFold(scheme, "http"):
-		return URL{}, errors.New("want http://HOST:PORT")
+		return URL{}, ErrScheme
 	}
 	authority := rest
 	target := "/"
@@ -77,7 +89,7 @@ func ParseURL(raw string) (URL, error) {
 	if port == "" {
 		port = "80"
 	}
-	return URL{Addr: net.JoinHostPort(host, port), Host: authority, Target: target}, nil
+	return URL{Network: "tcp", Addr: net.JoinHostPort(host, port), Host: authority, Target: target}, nil
 }
 
 // CheckHost accepts an IP address or a DNS name.
@@ -110,9 +122,15 @@ func ParsePort(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
+// Dial dials the URL's address, each dial bounded by timeout as well as by
+// its context.
+func (u URL) Dial(timeout time.Duration) func(context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, u.Network, u.Addr) }
+}
+
 // TCP dials addr over TCP, each dial bounded by timeout as well as by its
 // context.
 func TCP(addr string, timeout time.Duration) func(context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	return URL{Network: "tcp", Addr: addr}.Dial(timeout)
 }

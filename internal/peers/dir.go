@@ -226,10 +226,13 @@ func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
 // loadChunk is how many directory entries LoadUpTo asks for at a time.
 const loadChunk = 256
 
-// LoadUpTo is Load that stops once it holds limit records (0: no limit),
-// in directory order, with one error saying that it did. The directory is
-// read only as far as that, so the cost of a read does not grow with
-// names past the limit that another container may have planted.
+// LoadUpTo is Load that examines at most limit directory entries (0: no
+// limit), in directory order, with one error saying that it stopped. Every
+// entry counts, whether it loads or is skipped (a dotfile, a symlink, a
+// record of a uid that is not allowed): peers/ is writable by every uid in
+// the pod, so the cost of a read must not grow with what another container
+// planted, whatever it planted. Entries that cannot be records by their
+// type are skipped without being opened.
 func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []error) {
 	recs := map[string]Record{}
 	f, err := os.Open(d.path)
@@ -238,18 +241,25 @@ func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []err
 	}
 	defer f.Close()
 	var errs []error
+	seen := 0
 	for {
 		ents, err := f.ReadDir(loadChunk)
 		for _, e := range ents {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			if limit > 0 && len(recs) >= limit {
-				errs = append(errs, fmt.Errorf("load records: more than %d names in %s; the rest are not read", limit, d.path))
+			if limit > 0 && seen >= limit {
+				errs = append(errs, fmt.Errorf("load records: more than %d entries in %s; the rest are not read", limit, d.path))
 				return recs, errs
 			}
-			errs = d.load(recs, errs, name, allowedUIDs)
+			seen++
+			name := e.Name()
+			switch t := e.Type(); {
+			case strings.HasPrefix(name, "."):
+			case t&fs.ModeSymlink != 0:
+				errs = append(errs, fmt.Errorf("skip %s: a symlink, not a record", d.file(name)))
+			case t&fs.ModeType != 0:
+				errs = append(errs, fmt.Errorf("skip %s: not a regular file", d.file(name)))
+			default:
+				errs = d.load(recs, errs, name, allowedUIDs)
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {

@@ -233,6 +233,22 @@ func TestLoadSkipsJunk(t *testing.T) {
 	}
 }
 
+// LoadUpTo's bound counts every entry it examines, skipped ones included:
+// junk that any uid can plant must not make a read cost more. (It counted
+// only the records that loaded, and opened every planted file.)
+func TestLoadUpToCountsSkippedEntries(t *testing.T) {
+	d := newDir(t)
+	for i := range 100 {
+		if err := os.WriteFile(filepath.Join(d.Path(), fmt.Sprint("junk-", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, errs := d.LoadUpTo(nil, 10)
+	if len(recs) != 0 || len(errs) != 11 || !strings.Contains(errs[10].Error(), "more than 10 entries") {
+		t.Fatalf("LoadUpTo(nil, 10) over 100 junk files = %v and %d errors, want 10 skipped and the bound", recs, len(errs))
+	}
+}
+
 func TestLoadAllowedUIDs(t *testing.T) {
 	skipUnlessRoot(t)
 	d := newDir(t)

@@ -110,6 +110,10 @@ type Verdict struct {
 	// says how that peer ended.
 	Failed string
 	Reason Reason
+	// Failures names, in the order they ended, the failed peers among
+	// those that settled the policy under Always, where a failure fixes no
+	// code: the peers ended, but not all of them well.
+	Failures []string
 	// Pending lists, sorted, the known peers still awaited: running ones,
 	// listed ones with no record, and failed ones under OnFailure. Nil once
 	// settled. With Count, peers that have written nothing yet have no name
@@ -164,6 +168,9 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 			}
 			break
 		}
+		if r.Failed() {
+			v.Failures = append(v.Failures, r.Name)
+		}
 		if ok++; ok == need {
 			v.Settled = true
 			break
@@ -173,6 +180,7 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 	if v.Settled {
 		return v
 	}
+	v.Failures = nil
 	for _, name := range p.Names {
 		if _, ok := recs[name]; !ok {
 			pending = append(pending, name)
@@ -182,4 +190,16 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 	v.Pending = pending
 	v.Awaiting = need - ok
 	return v
+}
+
+// Why says what settled v, for the log: it must never call a failed peer a
+// success, under Always included.
+func (v Verdict) Why() string {
+	switch {
+	case v.Failed != "":
+		return fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
+	case len(v.Failures) > 0:
+		return fmt.Sprintf("every peer ended; failed: %s", strings.Join(v.Failures, ","))
+	}
+	return "every peer succeeded"
 }

@@ -47,6 +47,26 @@ func TestParsePeers(t *testing.T) {
 	}
 }
 
+// Why never calls a failed peer a success: under Always, where failures fix
+// no code, the log said "every peer succeeded" after a peer exited 3.
+func TestVerdictWhy(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1700000000+int64(s), 0) }
+	always := Policy{Count: 2, Restart: Always}
+	for _, tt := range []struct {
+		p    Policy
+		recs map[string]Record
+		want string
+	}{
+		{always, map[string]Record{"a": {Time: at(1)}, "b": {ExitCode: 3, Reason: Exited, Time: at(2)}}, "every peer ended; failed: b"},
+		{always, map[string]Record{"a": {Time: at(1)}, "b": {Time: at(2)}}, "every peer succeeded"},
+		{Policy{Count: 2}, map[string]Record{"a": {Time: at(1)}, "b": {ExitCode: 3, Reason: Exited, Time: at(2)}}, "peer b failed with code 3"},
+	} {
+		if got := tt.p.Decide(tt.recs).Why(); got != tt.want {
+			t.Errorf("%+v: Why() = %q, want %q", tt.recs, got, tt.want)
+		}
+	}
+}
+
 func TestAccepts(t *testing.T) {
 	named := Policy{Count: 2, Names: []string{"job", "uploader"}}
 	counted := Policy{Count: 2}
@@ -149,7 +169,7 @@ func TestDecide(t *testing.T) {
 
 		{"Always: a failure settles for the drain but never stops", Policy{Count: 1, Restart: Always},
 			map[string]Record{"app": fail(3, 1)},
-			Verdict{Settled: true}},
+			Verdict{Settled: true, Failures: []string{"app"}}},
 		{"Always: a success settles for the drain but never stops", Policy{Count: 1, Restart: Always},
 			map[string]Record{"app": ok(1)},
 			Verdict{Settled: true}},
@@ -158,7 +178,9 @@ func TestDecide(t *testing.T) {
 		{"Always: count 2, one ended", Policy{Count: 2, Restart: Always}, map[string]Record{"a": lost(1), "b": running},
 			Verdict{Pending: []string{"b"}, Awaiting: 1}},
 		{"Always: count 2, both ended", Policy{Count: 2, Restart: Always}, map[string]Record{"a": lost(1), "b": fail(1, 2)},
-			Verdict{Settled: true}},
+			Verdict{Settled: true, Failures: []string{"a", "b"}}},
+		{"Always: count 2, one failed one succeeded", Policy{Count: 2, Restart: Always}, map[string]Record{"a": ok(1), "b": fail(3, 2)},
+			Verdict{Settled: true, Failures: []string{"b"}}},
 
 		{"names: all succeed", Policy{Count: 2, Names: two},
 			map[string]Record{"job": ok(1), "uploader": ok(2)},
@@ -202,7 +224,8 @@ func TestDecide(t *testing.T) {
 			got := tt.p.Decide(tt.recs)
 			if got.Done != tt.want.Done || got.Settled != tt.want.Settled || got.Code != tt.want.Code ||
 				got.Failed != tt.want.Failed || got.Awaiting != tt.want.Awaiting ||
-				tt.want.Reason != "" && got.Reason != tt.want.Reason || !slices.Equal(got.Pending, tt.want.Pending) {
+				tt.want.Reason != "" && got.Reason != tt.want.Reason || !slices.Equal(got.Pending, tt.want.Pending) ||
+				!slices.Equal(got.Failures, tt.want.Failures) {
 				t.Errorf("Decide = %+v\n          want %+v", got, tt.want)
 			}
 		})

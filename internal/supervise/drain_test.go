@@ -21,7 +21,7 @@ func TestDrain(t *testing.T) {
 		envoyConn bool          // hold a connection through an Envoy listener
 		appPort   bool          // the app listens on its port
 		release   time.Duration // close what is held after this; 0 never
-		before    bool          // every peer completes before the drain (native sidecar)
+		before    bool          // every peer completes before the drain (under Always)
 		during    time.Duration // every peer completes this long into the drain
 		ok        bool
 		why       string
@@ -56,7 +56,7 @@ func TestDrain(t *testing.T) {
 		{
 			name: "at once when every peer has completed, DrainMin and the app's port notwithstanding",
 			mod: func(c *Config) {
-				c.Policy = peers.Policy{Count: 1, Native: true}
+				c.Policy = peers.Policy{Count: 1, Restart: peers.Always}
 				c.DrainMin = 5 * time.Second
 			},
 			appPort: true, before: true,
@@ -65,7 +65,7 @@ func TestDrain(t *testing.T) {
 		{
 			name: "ends when every peer completes during it",
 			mod: func(c *Config) {
-				c.Policy = peers.Policy{Count: 1, Native: true}
+				c.Policy = peers.Policy{Count: 1, Restart: peers.Always}
 				c.DrainMin = 5 * time.Second
 			},
 			appPort: true, during: hold,

@@ -73,6 +73,8 @@ type lifecycle struct {
 	events    []Event   // up to and including the first decisive one
 	drain     *drainRun // nil until the drain starts
 	envoyDown time.Time // when a ready Envoy stopped answering, unasked
+	readyAt   time.Time // when the proxy was first ready
+	decidedAt time.Time // when an event first fixed the exit code
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
@@ -110,6 +112,18 @@ func (l *lifecycle) record(e Event) {
 	defer l.mu.Unlock()
 	if _, _, fixed := ExitCode(l.events); !fixed {
 		l.events = append(l.events, e)
+		if _, _, fixed := decide(e); fixed {
+			l.decidedAt = time.Now()
+		}
+	}
+}
+
+// noteReady records when the proxy was first ready.
+func (l *lifecycle) noteReady(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.readyAt.IsZero() {
+		l.readyAt = at
 	}
 }
 
@@ -164,12 +178,14 @@ type view struct {
 	decidedBy string
 	decided   bool
 	envoyDown time.Time
+	readyAt   time.Time
+	decidedAt time.Time
 }
 
 func (l *lifecycle) view() view {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v := view{phase: l.phase, why: l.why, draining: l.drain != nil, envoyDown: l.envoyDown}
+	v := view{phase: l.phase, why: l.why, draining: l.drain != nil, envoyDown: l.envoyDown, readyAt: l.readyAt, decidedAt: l.decidedAt}
 	v.code, v.decidedBy, v.decided = ExitCode(l.events)
 	return v
 }

@@ -18,23 +18,28 @@ var (
 	otherSignals = []os.Signal{syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGUSR2}
 )
 
-// signals are the supervisor's subscriptions. Stop signals have a channel of
+// Signals are the supervisor's subscriptions. Stop signals have a channel of
 // their own: signal.Notify drops what does not fit a channel, and a storm of
 // other signals must never crowd out a SIGTERM. Repeats of one signal mean
 // the same as one, so a drop within either channel costs nothing.
-type signals struct {
+//
+// The command subscribes before any of its start's work (flags, records,
+// sockets): until then a SIGTERM meets Go's default action, which in PID 1
+// is exit 2, the code of bad usage, with no log line. What arrives before
+// the proxy is started is held here and answered before the fork.
+type Signals struct {
 	stops  chan os.Signal
 	others chan os.Signal
 	pipe   chan os.Signal
 }
 
-// subscribe starts the subscriptions. It also keeps a closed log pipe from
+// Subscribe starts the subscriptions. It also keeps a closed log pipe from
 // killing the supervisor: Go exits on SIGPIPE from a write to fd 1 or 2
 // unless the signal is notified, and then the write only fails. Notify, not
 // Ignore: an ignored disposition would be inherited by the proxy across
 // exec.
-func subscribe() *signals {
-	s := &signals{
+func Subscribe() *Signals {
+	s := &Signals{
 		stops:  make(chan os.Signal, 2*len(stopSignals)),
 		others: make(chan os.Signal, 16),
 		pipe:   make(chan os.Signal, 1),
@@ -45,15 +50,15 @@ func subscribe() *signals {
 	return s
 }
 
-// stop ends the subscriptions, except SIGPIPE's: the supervisor still logs
-// after its group has ended.
-func (s *signals) stop() {
+// Stop ends the subscriptions, except SIGPIPE's: the supervisor still logs
+// after its group has ended. Twice is harmless.
+func (s *Signals) Stop() {
 	signal.Stop(s.stops)
 	signal.Stop(s.others)
 }
 
 // handleSignals handles signals until ctx ends, stop signals first.
-func (s *Supervisor) handleSignals(ctx context.Context, sigs *signals) error {
+func (s *Supervisor) handleSignals(ctx context.Context, sigs *Signals) error {
 	for {
 		select {
 		case sig := <-sigs.stops:
@@ -69,6 +74,24 @@ func (s *Supervisor) handleSignals(ctx context.Context, sigs *signals) error {
 		case sig := <-sigs.others:
 			s.onSignal(sig.(syscall.Signal))
 		}
+	}
+}
+
+// stoppedEarly answers a stop signal that came before the proxy was
+// started: there is nothing to drain or stop, so the supervisor exits with
+// the table's code (128+N) without forking it.
+func (s *Supervisor) stoppedEarly(sigs *Signals) (code int, stopped bool) {
+	select {
+	case v := <-sigs.stops:
+		sig := v.(syscall.Signal)
+		name := unix.SignalName(sig)
+		s.log.Info("signal received before the proxy was started; not starting it", "signal", name)
+		s.m.signals.With(name).Inc()
+		s.life.record(Event{Kind: Signal, Signal: sig})
+		code, _, _ = s.life.exitCode()
+		return code, true
+	default:
+		return 0, false
 	}
 }
 
@@ -112,6 +135,10 @@ func (s *Supervisor) terminate(sig syscall.Signal) {
 	s.life.record(Event{Kind: Signal, Signal: sig, EverReady: ready})
 	if !ready {
 		s.stop(name + " before the proxy was ever ready")
+		return
+	}
+	if s.cfg.Policy.Native {
+		s.nativeTerminate(name)
 		return
 	}
 	if s.drain(name, true) == nil {

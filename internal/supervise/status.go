@@ -63,10 +63,20 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	if run == nil {
 		return true, AlreadyStopping
 	}
+	if s.cfg.Policy.Native {
+		// The kubelet holds a native sidecar's SIGTERM until the app has
+		// exited: waiting here too would only put it off (see native.go).
+		return true, NativeSidecar
+	}
 	select {
 	case <-run.done:
 		return run.result.OK(), string(run.result.End)
 	case <-ctx.Done():
+		// The server ends the request's ctx when the supervisor stops (the
+		// proxy exited mid-drain): that is no drain going on.
+		if v := s.life.view(); v.phase == Stopping || v.phase == Exited {
+			return false, Stopped + ": " + v.why
+		}
 		return false, StillDraining
 	}
 }
@@ -76,6 +86,8 @@ const (
 	NeverReady      = "never-ready"      // the proxy was never ready: nothing to drain
 	AlreadyStopping = "already-stopping" // the proxy is stopping or gone
 	StillDraining   = "still-draining"   // the request's wait ended first
+	Stopped         = "stopped"          // the supervisor stopped before the drain ended; ": why" follows
+	NativeSidecar   = "native-sidecar"   // the drain started; the kubelet's SIGTERM, once the app has exited, stops the proxy
 )
 
 // healthReady is what /healthz/ready answers: ready, and not draining or
@@ -100,14 +112,24 @@ func (s *Supervisor) healthReady() (bool, string) {
 // business), draining or stopping (a restart then would cut the drain
 // short, and the stop is bounded anyway).
 func (s *Supervisor) healthLive() (bool, string) {
-	if s.cfg.HungAfter <= 0 || s.life.view().phase != Ready {
+	if s.life.view().phase != Ready {
 		return true, ""
+	}
+	hung, why := s.hung()
+	return !hung, why
+}
+
+// hung reports whether a proxy that was ready has not answered its admin
+// API for HungAfter, whatever the phase.
+func (s *Supervisor) hung() (bool, string) {
+	if s.cfg.HungAfter <= 0 {
+		return false, ""
 	}
 	last := s.tracker.LastAnswer()
 	if d := time.Since(last); !last.IsZero() && d > s.cfg.HungAfter {
-		return false, fmt.Sprintf("the proxy's admin API has not answered for %v (bound %v)", d.Round(time.Second), s.cfg.HungAfter)
+		return true, fmt.Sprintf("the proxy's admin API has not answered for %v (bound %v)", d.Round(time.Second), s.cfg.HungAfter)
 	}
-	return true, ""
+	return false, ""
 }
 
 // Status is GET /v1/status.

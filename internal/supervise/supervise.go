@@ -24,6 +24,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
@@ -63,6 +64,14 @@ type Config struct {
 	// HungAfter: /healthz/live fails once a proxy that was ready has not
 	// answered its admin API for this long; zero keeps it live.
 	HungAfter time.Duration
+	// TerminationLog is the file the exit's one-line summary replaces
+	// (the container's terminationMessagePath); "" writes none.
+	TerminationLog string
+
+	// Signals are the subscriptions the command made first thing
+	// (Subscribe), so that no signal of its start meets Go's default; nil:
+	// Run subscribes.
+	Signals *Signals
 
 	Intervals Intervals
 	Log       *slog.Logger
@@ -88,7 +97,8 @@ type Supervisor struct {
 	m       *meters
 	start   time.Time
 
-	envoyPorts atomic.Pointer[[]uint16] // Envoy's listeners, learned when it is ready
+	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
+	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 
 	// Set by Run before any actor or server runs, and not changed after.
 	reaper *reaper.Reaper
@@ -126,6 +136,7 @@ func New(cfg Config) (*Supervisor, error) {
 		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
+		Silence:    cfg.HungAfter, // liveness waits that long for an answer
 		OnChange:   s.readinessChanged,
 	})
 	return s, nil
@@ -133,8 +144,25 @@ func New(cfg Config) (*Supervisor, error) {
 
 // Run supervises until the proxy has exited and returns the exit code. It
 // reads the completion records first, and returns at once, without starting
-// the proxy, when they already settle the job.
+// the proxy, when they already settle the job. Its last act is the
+// lifecycle summary in the termination message file.
 func (s *Supervisor) Run() (int, error) {
+	// Signals are subscribed before anything that takes time, and stay
+	// subscribed while the summary is written: a signal with no
+	// subscription gets Go's default action, which for SIGTERM is to exit
+	// at once (2 in PID 1) and, once the proxy is forked, to leave it
+	// unsupervised.
+	sigs := s.cfg.Signals
+	if sigs == nil {
+		sigs = Subscribe()
+	}
+	defer sigs.Stop()
+	code, err := s.run(sigs)
+	s.writeSummary(code, err)
+	return code, err
+}
+
+func (s *Supervisor) run(sigs *Signals) (int, error) {
 	book, err := completion.Open(completion.Config{
 		Records:     peers.Open(s.cfg.ControlDir),
 		Policy:      s.cfg.Policy,
@@ -157,12 +185,6 @@ func (s *Supervisor) Run() (int, error) {
 		return code, nil
 	}
 
-	// Signals and SIGCHLD are subscribed before the fork: a signal that
-	// arrived between the fork and a later subscription would get Go's
-	// default action, which for SIGTERM is to exit at once and leave the
-	// proxy unsupervised.
-	sigs := subscribe()
-	defer sigs.stop()
 	if s.reaper, err = reaper.New(); err != nil {
 		return 1, err
 	}
@@ -171,6 +193,10 @@ func (s *Supervisor) Run() (int, error) {
 		return 1, err
 	}
 	s.sock = sock
+	if code, stopped := s.stoppedEarly(sigs); stopped {
+		closeAll(sock, hs)
+		return code, nil
+	}
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
 		Command:      s.cfg.Command,
 		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
@@ -239,7 +265,7 @@ func (s *Supervisor) reap() (stop func()) {
 
 // serve runs the actors until the proxy has exited. Each actor has its own
 // context, so interrupting one ends that one alone.
-func (s *Supervisor) serve(sigs *signals, sock *control.Server, hs *health.Server) error {
+func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Server) error {
 	// oklog/run returns only the first actor's error; the others, from
 	// actors stopping concurrently, are collected too, so that none is lost.
 	var (
@@ -357,10 +383,12 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
+		s.life.noteReady(time.Now())
 		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
 		// Refused, and logged, when a drain or a stop came first.
 		s.life.move(Ready, "admin API says "+now.Reason)
 		go s.learnEnvoyPorts()
+		go s.learnDrainCall()
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:

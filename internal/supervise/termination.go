@@ -2,7 +2,7 @@ package supervise
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,10 +21,7 @@ import (
 func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 	for {
 		v, turn := s.book.Next()
-		why := "every peer succeeded"
-		if v.Failed != "" {
-			why = fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
-		}
+		why := v.Why()
 		switch {
 		case v.Done:
 			s.settle(ctx, v, why)
@@ -109,13 +106,20 @@ func isClosed(ch <-chan struct{}) bool {
 
 // drainConfig is the drain's config for one trigger.
 func (s *Supervisor) drainConfig(trigger string) drain.Config {
+	// --drain-min keeps Envoy accepting while the pod leaves the endpoints
+	// and its app still serves. A native sidecar's drain ends nothing: its
+	// end is the kubelet's SIGTERM, once the app has gone (native.go).
+	minimum := s.cfg.DrainMin
+	if s.cfg.Policy.Native {
+		minimum = 0
+	}
 	return drain.Config{
 		Admin:           s.cfg.Admin,
 		Watch:           func() drain.Watch { return s.scanner.Watch() },
 		Owner:           s.cfg.Owner,
-		Min:             s.cfg.DrainMin,
+		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
-		InboundOnly:     s.cfg.DrainInboundOnly,
+		Call:            s.chosenDrainCall(),
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
 		Running:         s.peersRunning,
 		Tick:            s.cfg.Intervals.DrainTick,
@@ -159,4 +163,39 @@ func (s *Supervisor) peersRunning() int {
 		}
 	}
 	return n
+}
+
+// learnDrainCall reads Envoy's release once it is ready and chooses the
+// drain's call for it, saying once what that release gives and gives up.
+func (s *Supervisor) learnDrainCall() {
+	s.chosenDrainCall()
+}
+
+// chosenDrainCall is the drain call learned at ready, or, if that has not
+// happened yet, the one chosen now (a drain may start at once after ready).
+// A release that cannot be read gets ChooseCall's choice for an unknown one,
+// and is asked again at the next drain.
+func (s *Supervisor) chosenDrainCall() drain.Call {
+	if c := s.drainCall.Load(); c != nil {
+		return *c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	v, err := s.cfg.Admin.ServerVersion(ctx)
+	cancel()
+	call := drain.ChooseCall(v, err == nil, s.cfg.DrainInboundOnly)
+	if err != nil {
+		s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one",
+			"err", err, "call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
+		return call
+	}
+	if !s.drainCall.CompareAndSwap(nil, &call) {
+		return *s.drainCall.Load()
+	}
+	attrs := []any{"envoy", v.String(), "call", call.String()}
+	if len(call.GivesUp) == 0 {
+		s.log.Info("drain call chosen", attrs...)
+	} else {
+		s.log.Warn("drain call chosen; this Envoy cannot give every aim of a drain", append(attrs, "gives_up", strings.Join(call.GivesUp, "; "))...)
+	}
+	return call
 }

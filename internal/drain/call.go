@@ -1,0 +1,65 @@
+package drain
+
+import (
+	"strings"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+)
+
+// What a sidecar's drain aims for, on every Envoy release it can: inbound
+// connections are told to close; the app's outbound connections are not;
+// inbound listeners keep accepting until the app has ended, whatever
+// Envoy's --drain-time-s; and Envoy stops no listener on its own before the
+// supervisor stops it. A release that cannot give all four gives up the
+// ones its Call names.
+const (
+	AimInboundHinted    = "inbound connections told to close"
+	AimOutboundUntold   = "outbound connections not told to close"
+	AimInboundAccepting = "inbound listeners accepting until the app has ended"
+	AimNoStop           = "no listener stopped by Envoy itself"
+)
+
+// Call is the /drain_listeners request a drain makes, chosen for Envoy's
+// release.
+type Call struct {
+	// Flags are the query's flags; nil: no call at all.
+	Flags []string
+	// GivesUp are the aims this release cannot meet with this call.
+	GivesUp []string
+}
+
+func (c Call) String() string {
+	if c.Flags == nil {
+		return "none"
+	}
+	return "/drain_listeners?" + strings.Join(c.Flags, "&")
+}
+
+// ChooseCall picks the drain call for Envoy release v (known false: its
+// version could not be read), draining only inbound listeners (a sidecar)
+// or every listener. What each flag does on which release is
+// fakeenvoy.EnvoyVersion's, each change cited there: skip_exit exists from
+// 1.29 (envoy#30003); a graceful drain tells only the inbound listeners'
+// connections from 1.34 (envoy#37873), every listener's before
+// (envoy#35020); from 1.40 a drain without graceful tells them too
+// (envoy#47042), which changes nothing for the calls below.
+func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
+	if !inboundOnly {
+		// Every listener drains, so no connection is the app's to keep.
+		if known && !v.AtLeast(1, 29) {
+			return Call{Flags: []string{"graceful"}, GivesUp: []string{AimInboundAccepting, AimNoStop}}
+		}
+		// An unknown release older than 1.29 ignores skip_exit and stops
+		// its listeners after --drain-time-s: no worse than the above.
+		return Call{Flags: []string{"graceful", "skip_exit"}}
+	}
+	if known && v.AtLeast(1, 34) {
+		return Call{Flags: []string{"graceful", "inboundonly", "skip_exit"}}
+	}
+	// Before 1.34 every call that tells the inbound connections to close
+	// tells the app's outbound ones too, in the middle of its last work; a
+	// call without graceful tells nobody and stops the inbound listeners
+	// at once. No call keeps three aims of four, and an unreadable version
+	// gets the same: nothing that could touch the app's outbound traffic.
+	return Call{GivesUp: []string{AimInboundHinted}}
+}

@@ -1,0 +1,94 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// The lifecycle summary: one short line that the supervisor writes, as it
+// exits, to the container's termination message file, so that the pod's
+// status (kubectl describe pod, lastState.terminated.message) says why the
+// proxy ended without anyone reading its log.
+
+// DefaultTerminationLog is the kubelet's default terminationMessagePath.
+const DefaultTerminationLog = "/dev/termination-log"
+
+// summaryMax bounds the line: the kubelet keeps 4096 bytes of a
+// container's message, and less when the pod has many containers.
+const summaryMax = 512
+
+// summaryWait bounds the write: the file is a bind mount the kubelet made,
+// written at once, but an exit must not wait on a path that blocks.
+const summaryWait = 100 * time.Millisecond
+
+// summary is the line for an exit with code: the code and what decided it,
+// the time from start to the proxy's first readiness, and from the
+// decisive event to now.
+func (s *Supervisor) summary(code int, err error) string {
+	v := s.life.view()
+	now := time.Now()
+	why := v.decidedBy
+	if why == "" {
+		why = "nothing decided"
+	}
+	line := fmt.Sprintf("proxy-supervisor: exit %d (%s)", code, why)
+	if v.readyAt.IsZero() {
+		line += "; never ready"
+	} else {
+		line += fmt.Sprintf("; ready %v after start", roundMs(v.readyAt.Sub(s.start)))
+	}
+	if !v.decidedAt.IsZero() {
+		line += fmt.Sprintf("; exit %v after the decision", roundMs(now.Sub(v.decidedAt)))
+	}
+	if err != nil {
+		line += "; error: " + err.Error()
+	}
+	if len(line) > summaryMax {
+		line = line[:summaryMax-3] + "..."
+	}
+	return line + "\n"
+}
+
+func roundMs(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// writeSummary writes the summary to the termination message file, unless
+// none is configured. It never fails the exit and delays it by at most
+// summaryWait: a failure, or a write still blocked then, is one log line.
+func (s *Supervisor) writeSummary(code int, err error) {
+	path := s.cfg.TerminationLog
+	if path == "" {
+		return
+	}
+	line := s.summary(code, err)
+	done := make(chan error, 1)
+	go func() { done <- writeNonBlocking(path, line) }()
+	select {
+	case werr := <-done:
+		if werr != nil {
+			s.log.Info("termination message not written", "path", path, "err", werr)
+		}
+	case <-time.After(summaryWait):
+		s.log.Info("termination message not written: the write did not end in time", "path", path, "bound", summaryWait)
+	}
+}
+
+// writeNonBlocking replaces the file's content with line. It never creates
+// the file (the kubelet does), and opens it without blocking, so that a
+// FIFO without a reader fails at once rather than hanging the exit.
+func writeNonBlocking(path, line string) error {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	_, werr := f.WriteString(line)
+	return errors.Join(werr, f.Close())
+}

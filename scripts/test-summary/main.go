@@ -1,0 +1,189 @@
+// Command test-summary runs `go test -json` with the given arguments and
+// prints what a reader of CI's log needs: each package's result with its
+// counts and time, every skipped test with its reason, every failed test
+// with its whole output, and the packages' own output (a TestMain's lines),
+// as they happen. Without it a skip inside a package is invisible, and -v
+// buries it among thousands of lines. It exits with go test's code.
+//
+//	go run ./scripts/test-summary -race -count=1 ./...
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+func main() {
+	goCmd := os.Getenv("GO")
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.Command(goCmd, append([]string{"test", "-json"}, os.Args[1:]...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test-summary:", err)
+		os.Exit(2)
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "test-summary:", err)
+		os.Exit(2)
+	}
+	s := newSummary(os.Stdout)
+	s.read(out)
+	err = cmd.Wait()
+	s.total()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		os.Exit(exit.ExitCode())
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "test-summary:", err)
+		os.Exit(2)
+	}
+}
+
+// event is one line of test2json's output.
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+type counts struct{ pass, skip, fail int }
+
+type summary struct {
+	w      io.Writer
+	output map[string][]string // by package and test: the test's output
+	counts map[string]*counts  // by package
+}
+
+// total prints the counts of every package on one line, in the plain form
+// that CI's log reader takes for a test runner's closing line.
+func (s *summary) total() {
+	var all counts
+	for _, c := range s.counts {
+		all.pass += c.pass
+		all.skip += c.skip
+		all.fail += c.fail
+	}
+	fmt.Fprintf(s.w, "summary: %d passed, %d failed, %d skipped\n", all.pass, all.fail, all.skip)
+}
+
+func newSummary(w io.Writer) *summary {
+	return &summary{w: w, output: map[string][]string{}, counts: map[string]*counts{}}
+}
+
+func (s *summary) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			fmt.Fprintf(s.w, "%s\n", line) // not test2json's: pass it on
+			continue
+		}
+		s.event(e)
+	}
+}
+
+func (s *summary) event(e event) {
+	key := e.Package + " " + e.Test
+	c := s.counts[e.Package]
+	if c == nil {
+		c = &counts{}
+		s.counts[e.Package] = c
+	}
+	switch e.Action {
+	case "build-output":
+		fmt.Fprint(s.w, e.Output)
+	case "output":
+		if e.Test == "" {
+			if !goTestsOwn(e.Output) {
+				fmt.Fprint(s.w, e.Output)
+			}
+			return
+		}
+		s.output[key] = append(s.output[key], e.Output)
+	case "pass", "skip", "fail":
+		if e.Test == "" {
+			s.packageDone(e, c)
+			return
+		}
+		switch e.Action {
+		case "pass":
+			c.pass++
+		case "skip":
+			c.skip++
+			fmt.Fprintf(s.w, "    SKIP %s %s: %s\n", e.Package, e.Test, reason(s.output[key]))
+		case "fail":
+			c.fail++
+			fmt.Fprintf(s.w, "--- FAIL %s %s (%s)\n%s", e.Package, e.Test, secs(e.Elapsed), strings.Join(s.output[key], ""))
+		}
+		delete(s.output, key)
+	}
+}
+
+func (s *summary) packageDone(e event, c *counts) {
+	switch {
+	case e.Action == "skip":
+		fmt.Fprintf(s.w, "?    %s [no test files]\n", e.Package)
+	default:
+		result := "ok  "
+		if e.Action == "fail" {
+			result = "FAIL"
+		}
+		fmt.Fprintf(s.w, "%s %s %s: %d passed", result, e.Package, secs(e.Elapsed), c.pass)
+		if c.skip > 0 {
+			fmt.Fprintf(s.w, ", %d skipped", c.skip)
+		}
+		if c.fail > 0 {
+			fmt.Fprintf(s.w, ", %d failed", c.fail)
+		}
+		fmt.Fprintln(s.w)
+	}
+}
+
+// goTestsOwn are the package-level lines go test prints itself, which the
+// package's summary line replaces.
+func goTestsOwn(line string) bool {
+	l := strings.TrimRight(line, "\n")
+	return l == "PASS" || l == "FAIL" || strings.HasPrefix(l, "ok  \t") || strings.HasPrefix(l, "FAIL\t") || strings.HasPrefix(l, "?   \t") ||
+		strings.HasPrefix(l, "--- FAIL") || strings.HasPrefix(l, "=== RUN") || l == "testing: warning: no tests to run"
+}
+
+// reason is a skipped test's message: its output without the framing
+// lines, on one line.
+func reason(lines []string) string {
+	var out []string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- SKIP") {
+			continue
+		}
+		out = append(out, l)
+	}
+	if len(out) == 0 {
+		return "(no reason given)"
+	}
+	return strings.Join(out, " | ")
+}
+
+// secs is a duration as go test gives it below a minute (1.25s), and in
+// minutes above (10m40.8s).
+func secs(s float64) string {
+	if s < 60 {
+		return fmt.Sprintf("%.2fs", s)
+	}
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
