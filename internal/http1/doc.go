@@ -22,7 +22,8 @@
 //   - bounds on the head's size, on its arrival from its first byte, on the
 //     idle wait between requests and on the write of an answer.
 //
-// As a client (Client, ReadResponse): requests without a body; answers
+// As a client (Client, ReadResponse), over TCP or a unix socket (ParseURL
+// takes http:// and unix:// URLs): requests without a body; answers
 // framed by Content-Length, chunked (on HTTP/1.1 only) or by the end of
 // the connection, bounded in size; interim (1xx) answers skipped, 101
 // refused.
