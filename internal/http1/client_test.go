@@ -71,7 +71,7 @@ func serve(t *testing.T, answer func(n int, head string) (raw string, keep bool)
 }
 
 func (s *server) client(max int) *Client {
-	return &Client{Dial: TCP(s.addr, time.Second), Host: s.addr, MaxBody: max}
+	return &Client{Dial: URL{Network: "tcp", Addr: s.addr}.Dial(time.Second), Host: s.addr, MaxBody: max}
 }
 
 func (s *server) seen() []string {
@@ -244,7 +244,7 @@ func TestDialErrorsKeepTheirCause(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c := &Client{Dial: TCP(addr, time.Second), Host: addr, MaxBody: 64}
+	c := &Client{Dial: URL{Network: "tcp", Addr: addr}.Dial(time.Second), Host: addr, MaxBody: 64}
 	_, err = c.Do(context.Background(), "GET", "/")
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {

@@ -128,9 +128,3 @@ func (u URL) Dial(timeout time.Duration) func(context.Context) (net.Conn, error)
 	d := net.Dialer{Timeout: timeout}
 	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, u.Network, u.Addr) }
 }
-
-// TCP dials addr over TCP, each dial bounded by timeout as well as by its
-// context.
-func TCP(addr string, timeout time.Duration) func(context.Context) (net.Conn, error) {
-	return URL{Network: "tcp", Addr: addr}.Dial(timeout)
-}
