@@ -17,7 +17,9 @@ demo: build
 # Every check, one stage after the other, each between a line that names it
 # and one that gives its result and time (scripts/stage.sh): go vet and
 # gofmt; the deploy/ checks (test-deploy); every fuzz target for a few
-# seconds (fuzz); the unit tests, the fake Envoy's tests and the pod-sandbox
+# seconds (fuzz); pilot-agent from Istio's module, which e2e's comparison of
+# drains and the kubelet suite run (a minute cold); the unit tests, the fake
+# Envoy's tests and the pod-sandbox
 # end-to-end tests under the race detector (test-race); the pod tests once
 # more against the binaries as shipped (test-static); last the pods in a
 # real kubelet (test-kubelet), whose table of scenarios ends the output.
@@ -30,6 +32,7 @@ test: tools
 	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
 	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
 	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
+	@$(STAGE) "pilot-agent from Istio's module (scripts/pilot-agent.sh)" bash scripts/pilot-agent.sh
 	@$(STAGE) "unit and pod-sandbox tests under -race (./...)" $(MAKE) --no-print-directory test-race
 	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
 	@$(STAGE) "the deploy/ pods in a real kubelet (kubelettest/)" $(MAKE) --no-print-directory test-kubelet
@@ -73,11 +76,12 @@ test-deploy: tools
 # as the supervisor's child, and the control plane of its cluster mode
 # (kube-apiserver, kube-controller-manager, kube-scheduler: about 15 minutes
 # cold on 2 busy cores) with Debian's etcd-server unpacked beside them.
+# -timeout counts those builds too (TestMain makes them before any test).
 # Its output ends with a table: each scenario's result, the pod's phases,
 # the containers' exit codes and its timings. The pods mostly wait, so all
 # of them run at once.
 test-kubelet: tools
-	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel 16 -timeout 20m ./...
+	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel 16 -timeout 60m ./...
 
 # Every fuzz target for FUZZTIME each (3 s: about a minute and a half in
 # all on 2 cores), after its seed corpus in testdata/fuzz/.

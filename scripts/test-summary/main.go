@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"time"
 )
@@ -135,6 +136,9 @@ func (s *summary) event(e event) {
 }
 
 func (s *summary) packageDone(e event, c *counts) {
+	if e.Action == "fail" {
+		s.unfinished(e.Package, c)
+	}
 	switch {
 	case e.Action == "skip":
 		fmt.Fprintf(s.w, "?    %s [no test files]\n", e.Package)
@@ -151,6 +155,26 @@ func (s *summary) packageDone(e event, c *counts) {
 			fmt.Fprintf(s.w, ", %d failed", c.fail)
 		}
 		fmt.Fprintln(s.w)
+	}
+}
+
+// unfinished prints, as failed, every test of a failed package that never
+// ended: one that ran into go test's -timeout, or was running when a
+// panic in another goroutine ended the binary. Its output is the only trace
+// of the hang or the panic.
+func (s *summary) unfinished(pkg string, c *counts) {
+	var keys []string
+	for key := range s.output {
+		if p, test, _ := strings.Cut(key, " "); p == pkg && test != "" {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		c.fail++
+		_, test, _ := strings.Cut(key, " ")
+		fmt.Fprintf(s.w, "--- FAIL %s %s (did not finish)\n%s", pkg, test, strings.Join(s.output[key], ""))
+		delete(s.output, key)
 	}
 }
 

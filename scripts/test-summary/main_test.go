@@ -21,6 +21,8 @@ func TestSummary(t *testing.T) {
 		`{"Action":"pass","Package":"p","Test":"TestB","Elapsed":0.5}`,
 		`{"Action":"output","Package":"p","Test":"TestC","Output":"    c_test.go:7: got 2, want 3\n"}`,
 		`{"Action":"fail","Package":"p","Test":"TestC","Elapsed":1.25}`,
+		`{"Action":"run","Package":"p","Test":"TestD"}`,
+		`{"Action":"output","Package":"p","Test":"TestD","Output":"panic: test timed out after 3s\n"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\n"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t1.3s\n"}`,
 		`{"Action":"fail","Package":"p","Elapsed":1.3}`,
@@ -36,11 +38,13 @@ func TestSummary(t *testing.T) {
     SKIP p TestA: a_test.go:9: needs root
 --- FAIL p TestC (1.25s)
     c_test.go:7: got 2, want 3
-FAIL p 1.30s: 1 passed, 1 skipped, 1 failed
+--- FAIL p TestD (did not finish)
+panic: test timed out after 3s
+FAIL p 1.30s: 1 passed, 1 skipped, 2 failed
 # not json
 ?    q [no test files]
 ok   k 10m40.8s: 0 passed
-summary: 1 passed, 1 failed, 1 skipped
+summary: 1 passed, 2 failed, 1 skipped
 `
 	if out.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
