@@ -231,7 +231,9 @@ func TestClose(t *testing.T) {
 		}()
 		// The job's end races ahead of the answer: Close has ended the
 		// long poll and the idle connection before the 202 is written.
-		proctest.Until(5*time.Second, func() bool { return openConns(s) <= 1 })
+		if !proctest.Until(5*time.Second, func() bool { return openConns(s) <= 1 }) {
+			t.Error("Close did not end the long poll and the idle connection within 5s")
+		}
 	}
 	done, doner := dial(t, s)
 	resp, body := ask(t, done, doner, "POST /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\n\r\n")

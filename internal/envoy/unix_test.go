@@ -51,7 +51,11 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	if err := a.Post(ctx, "/quitquitquit"); err != nil {
 		t.Fatal(err)
 	}
-	<-e.Done()
+	select {
+	case <-e.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fake has not stopped 10s after /quitquitquit")
+	}
 	if _, err := a.Connections(ctx, nil); !Refused(err) {
 		t.Errorf("after the quit: %v, want refused", err)
 	}

@@ -12,7 +12,11 @@ func TestServerVersion(t *testing.T) {
 	t.Parallel()
 	for _, want := range []Version{{1, 28, 0}, {1, 31, 4}, {1, 40, 1}} {
 		e, a := startEnvoy(t, fakeenvoy.Options{Version: fakeenvoy.EnvoyVersion{Major: want.Major, Minor: want.Minor, Patch: want.Patch}})
-		<-e.Bound()
+		select {
+		case <-e.Bound():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the fake's admin API is not bound after 10s")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		got, err := a.ServerVersion(ctx)
 		cancel()

@@ -91,7 +91,11 @@ func TestCloseDeliversWhatIsInFlight(t *testing.T) {
 	defer busy.Close()
 	busy.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-	<-in
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request never reached its handler")
+	}
 	closed := make(chan time.Duration)
 	go func() {
 		start := time.Now()
@@ -107,8 +111,13 @@ func TestCloseDeliversWhatIsInFlight(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || !resp.Close {
 		t.Fatalf("the answer in flight at Close: %v %v; want 200 with Connection: close", resp, err)
 	}
-	if d := <-closed; d >= cfg.Grace {
-		t.Errorf("Close took %v, its whole grace", d)
+	select {
+	case d := <-closed:
+		if d >= cfg.Grace {
+			t.Errorf("Close took %v, its whole grace", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close has not returned after 10s")
 	}
 	if served, open := s.Conns(); served != 2 || open != 0 {
 		t.Errorf("Conns: %d served, %d open; want 2 and 0", served, open)

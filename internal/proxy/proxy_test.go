@@ -79,9 +79,9 @@ func TestStartErrors(t *testing.T) {
 // from the wrong moment would be off by.
 func TestStopEscalates(t *testing.T) {
 	const (
-		grace   = 500 * time.Millisecond
-		timeout = 1500 * time.Millisecond
-		slack   = 400 * time.Millisecond // a loaded machine's lag; below grace
+		grace   = time.Second
+		timeout = 3 * time.Second
+		slack   = 800 * time.Millisecond // a loaded machine's lag; below grace
 	)
 	var (
 		mu     sync.Mutex
