@@ -32,9 +32,33 @@ step() { printf '\n%s== %s%s\n' "$bold" "$*" "$off"; }
 # say narrates: what a step shows, and why a line that looks odd is expected.
 say() { printf '%s   # %s%s\n' "$dim" "$*" "$off"; }
 
+# until CMD...: what a kubelet's probe does, CMD every 50 ms until it
+# succeeds, for 10 s at most.
+until_ok() {
+  local i
+  for ((i = 0; i < 200; i++)); do "$@" 2>/dev/null && return 0; sleep 0.05; done
+  echo "demo: gave up after 10s waiting for: $*" >&2
+  return 1
+}
+listening() { (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; }
+# healthz ADDR: the status line of GET /healthz/ready.
+healthz() {
+  local line
+  exec 3<>"/dev/tcp/${1%:*}/${1#*:}" || return 1
+  printf 'GET /healthz/ready HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n' >&3
+  IFS= read -r line <&3 || true
+  exec 3<&-
+  echo "${line%$'\r'}"
+}
+unready() { [[ $(healthz "$1") == *" 503 "* ]]; }
+
 supervise() { # DIR FLAGS... : the proxy container
   local dir=$1; shift
+  # The kubelet creates the container's termination message file; the
+  # supervisor only writes it.
+  mkdir -p "$dir" && : >"$dir/termination-log"
   "$ps" supervise --control-dir "$dir" --admin-url "http://$ADMIN" --health-addr "$HEALTH" \
+    --termination-log "$dir/termination-log" \
     --app-ports "${APP#*:}" "$@" -- "$envoy" --admin-addr "$ADMIN" --init-delay 300ms \
     --listener "virtualInbound=$INBOUND,inbound" --log-level warning &
   pids+=($!)
@@ -62,6 +86,9 @@ say "When exec's last line says the supervisor has already read the record and s
 say "expected. The supervisor watches peers/ and often stops before exec's own message"
 say "reaches its socket; the record is what counts."
 echo "[pod] proxy container exited $code; the Job's pod completes"
+echo "[pod] its termination message: $(cat "$work/job1/termination-log")"
+say "The supervisor's last act is that one line in the container's termination message"
+say "(/dev/termination-log in a pod), so kubectl describe pod says why the proxy ended."
 
 step "2. A Job fails under restartPolicy Never: its code 3 ends the proxy too"
 say "The same pod, but JOB exits 3: exec exits 3, and so does the proxy container, so the"
@@ -99,28 +126,23 @@ supervise "$work/web" --drain-min 1s --drain-timeout 20s
 "$ps" wait --control-dir "$work/web" --timeout 10s && echo "[hook] postStart wait: proxy ready"
 "$envoy" --admin-addr "$APP_ADMIN" --listener "app=$APP,tcp" --log-level error &
 app=$!; pids+=($app)
-sleep 0.5
+until_ok listening "$APP"
 echo "[pod] deleted: the kubelet runs the proxy's preStop hook"
 "$ps" prestop --control-dir "$work/web" --timeout 20s && echo "[hook] preStop returned: drained" &
 hook=$!
-sleep 2
+until_ok unready "$HEALTH"
 echo "[pod] status during the drain (proxy-supervisor status):"
 "$ps" status --control-dir "$work/web" | sed 's/^/    /'
 say "\"ready\": true is Envoy's own readiness from its admin API: Envoy still serves while it"
 say "drains. What Kubernetes reads is /healthz/ready, already 503 since the drain started:"
-if exec 3<>"/dev/tcp/${HEALTH%:*}/${HEALTH#*:}"; then
-  printf 'GET /healthz/ready HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n' >&3
-  IFS= read -r line <&3 || true
-  exec 3<&-
-  echo "    GET http://$HEALTH/healthz/ready: ${line%$'\r'}"
-fi
+echo "    GET http://$HEALTH/healthz/ready: $(healthz "$HEALTH")"
 say "\"exit_code\": 0 is already fixed: a deleted pod's proxy exits 0 whatever comes later."
 echo "[app] SIGTERM from the kubelet: the app closes its port"
 kill -TERM "$app"
 wait "$hook" || true
 say "The drain ended once the app's port closed; the kubelet now SIGTERMs the proxy"
-say "container: the supervisor re-checks that nothing opened again for its 300 ms quiet"
-say "period, then stops Envoy."
+say "container: the supervisor re-checks that nothing has opened again (the drain held"
+say "its 300 ms quiet period once already, so there is no second one), then stops Envoy."
 kill -TERM "$sup"
 wait "$sup" && code=0 || code=$?
 echo "[pod] proxy container exited $code"
