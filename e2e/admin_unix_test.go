@@ -18,7 +18,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	sup := p.supervise([]string{"--admin-url", "unix://" + sock, "--drain-min", "0s", "--drain-timeout", "20s"},
 		"--config-yaml", "admin: {address: {pipe: {path: "+sock+"}}}")
 	p.waitHTTP(readyURL, 200, soon)
-	if c, err := p.dial(context.Background(), "tcp", "127.0.0.1:15000"); err == nil {
+	if c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:15000"); err == nil {
 		c.Close()
 		t.Fatal("an admin API listens on TCP 15000")
 	}

@@ -45,7 +45,7 @@ func (p *pod) envoyStat(stat string, n int) {
 }
 
 func (p *pod) post(d time.Duration) (int, error) {
-	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9001")
+	c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9001")
 	if err != nil {
 		return 0, err
 	}
@@ -140,7 +140,7 @@ func TestIdleKeepAliveDoesNotHoldTheDrain(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
 		"--listener", "inbound=127.0.0.1:9000,inbound")
 	p.waitHTTP(readyURL, 200, soon)
-	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9000")
 	if err != nil {
 		t.Fatal(err)
 	}

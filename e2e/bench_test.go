@@ -111,7 +111,7 @@ func bstart(b *testing.B, p *pod, name string, newPID bool, env []string, argv .
 	if p == nil {
 		return proctest.Start(b, name, cmd)
 	}
-	return proctest.StartWith(b, name, cmd, func() error { return p.inNetns(cmd.Start) })
+	return proctest.StartWith(b, name, cmd, func() error { return p.netns.Do(cmd.Start) })
 }
 
 // benchSupervise starts the supervisor as PID 1 in the pod with the fake Envoy as
@@ -629,7 +629,7 @@ func benchOpenLoop(p *pod, addr, path string, rate int, d, warm time.Duration, c
 	results := make([][]result, conns)
 	cs := make([]net.Conn, conns)
 	for w := range conns {
-		if cs[w], err = p.dial(context.Background(), "tcp", addr); err != nil {
+		if cs[w], err = p.netns.Dial(context.Background(), "tcp", addr); err != nil {
 			return nil, nil, 0, err
 		}
 		defer cs[w].Close()

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // tinyVolume mounts a tmpfs of the given size over the pod's volume in a
@@ -44,7 +46,7 @@ func tinyVolume(t *testing.T, p *pod, size string) []string {
 	case <-time.After(5 * time.Second):
 		t.Fatal("tmpfs not mounted within 5s")
 	}
-	return []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.Process.Pid), "--"}
+	return proctest.Nsenter(holder.Process.Pid, []string{"mount"})
 }
 
 // readOnly is the argv prefix that runs a command with the pod's volume

@@ -80,7 +80,7 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
 		"--listener", "inbound=127.0.0.1:9000,inbound,tcp")
 	p.waitHTTP(readyURL, 200, soon)
-	conn, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	conn, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9000")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ static_resources:
 func (p *pod) serveHTTP(addr, name string) net.Listener {
 	p.t.Helper()
 	var ln net.Listener
-	if err := p.inNetns(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := p.netns.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		p.t.Fatalf("%s listen %s: %v", name, addr, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +69,7 @@ type keepAlive struct {
 
 func (p *pod) keepAlive(t *testing.T, addr string) *keepAlive {
 	t.Helper()
-	c, err := p.dial(context.Background(), "tcp", addr)
+	c, err := p.netns.Dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}

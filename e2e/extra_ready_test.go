@@ -16,7 +16,7 @@ import (
 func (p *pod) agentReady(ok *atomic.Bool) {
 	p.t.Helper()
 	var ln net.Listener
-	if err := p.inNetns(func() (err error) {
+	if err := p.netns.Do(func() (err error) {
 		ln, err = net.Listen("tcp", "127.0.0.1:15020")
 		return err
 	}); err != nil {

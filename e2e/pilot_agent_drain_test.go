@@ -97,14 +97,14 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 			if _, closing := in.get(); !closing {
 				t.Error("the inbound keep-alive was not told to close")
 			}
-			if c, err := p.dial(t.Context(), "tcp", "127.0.0.1:9000"); err == nil {
+			if c, err := p.netns.Dial(t.Context(), "tcp", "127.0.0.1:9000"); err == nil {
 				c.Close()
 				t.Error("a new inbound connection after --drain-time-s was accepted; pilot-agent's drain has no skip_exit")
 			}
 			if !pa.wait(soon) {
 				t.Fatal("pilot-agent did not end")
 			}
-			if _, err := p.dial(t.Context(), "tcp", "127.0.0.1:8080"); err != nil {
+			if _, err := p.netns.Dial(t.Context(), "tcp", "127.0.0.1:8080"); err != nil {
 				t.Fatalf("the app: %v", err)
 			}
 			app.Close() // still listening when the proxy went

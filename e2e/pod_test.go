@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,14 +14,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
@@ -50,8 +46,8 @@ func TestMain(m *testing.M) {
 // are the pod's own, and the volume is the test's own temp dir.
 type pod struct {
 	t     testing.TB
-	dir   string // the emptyDir
-	netns string // /proc/PID/ns/net of the pause process
+	dir   string         // the emptyDir
+	netns proctest.Netns // the pause process's
 	pause *exec.Cmd
 }
 
@@ -69,9 +65,10 @@ func newPod(t testing.TB) *pod {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &pod{t: t, dir: dir, pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
+	p := &pod{t: t, dir: dir, pause: pause, netns: proctest.NetnsOf(pause.Process.Pid)}
 	t.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
-	if b, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+	up := proctest.Nsenter(pause.Process.Pid, []string{"net"}, "ip", "link", "set", "lo", "up")
+	if b, err := exec.Command(up[0], up[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, b)
 	}
 	return p
@@ -97,7 +94,7 @@ func (p *pod) start(name string, newPID bool, env []string, argv ...string) *pro
 	if newPID {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	started := proctest.StartWith(p.t, name, cmd, func() error { return p.inNetns(cmd.Start) })
+	started := proctest.StartWith(p.t, name, cmd, func() error { return p.netns.Do(cmd.Start) })
 	pr := &proc{Proc: started, t: p.t, name: name, cmd: cmd, out: started.Out, done: make(chan struct{}), code: -1}
 	go func() {
 		<-started.Done()
@@ -159,24 +156,11 @@ func (pr *proc) waitLog(s string, d time.Duration) {
 	pr.WaitLog(s, d)
 }
 
-// dial connects from inside the pod's network namespace.
-func (p *pod) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := p.inNetns(func() (err error) {
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
 // listen opens a listening socket in the pod's network namespace: the app.
 func (p *pod) listen(network, addr string) net.Listener {
 	p.t.Helper()
-	var ln net.Listener
-	if err := p.inNetns(func() (err error) {
-		ln, err = net.Listen(network, addr)
-		return err
-	}); err != nil {
+	ln, err := p.netns.Listen(network, addr)
+	if err != nil {
 		p.t.Fatalf("app listen %s: %v", addr, err)
 	}
 	go func() { // accept and hold, as an app would
@@ -192,42 +176,11 @@ func (p *pod) listen(network, addr string) net.Listener {
 	return ln
 }
 
-// inNetns runs fn on a thread inside the pod's network namespace: a socket
-// belongs to the namespace of the thread that creates it, so the thread joins
-// the pod's for the call and leaves again.
-func (p *pod) inNetns(fn func() error) error {
-	runtime.LockOSThread()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer self.Close()
-	target, err := os.Open(p.netns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := fn()
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread is stuck in the pod's namespace: leave it locked so
-		// that it dies with the goroutine instead of serving others.
-		return fmt.Errorf("restore netns: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // http returns a client whose connections are made inside the pod.
 func (p *pod) http() *http.Client {
 	return &http.Client{
 		Timeout:   5 * time.Second,
-		Transport: &http.Transport{DialContext: p.dial, DisableKeepAlives: true},
+		Transport: &http.Transport{DialContext: p.netns.Dial, DisableKeepAlives: true},
 	}
 }
 

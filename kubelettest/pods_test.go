@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
 // fakeEnvoy replaces the manifests' `envoy -c /etc/envoy/envoy.yaml`: the
@@ -178,7 +180,7 @@ func (n *node) pod(name string) (*corev1.Pod, error) {
 func (n *node) waitPod(t *testing.T, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
-	err := poll(timeout, func() error {
+	err := proctest.Poll(timeout, func() error {
 		p, err := n.pod(name)
 		if err != nil {
 			return err
