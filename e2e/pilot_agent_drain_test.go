@@ -88,8 +88,8 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 			in.get()
 			out.get()
 
-			pa.signal(syscall.SIGTERM)
-			pa.waitLog("Graceful termination period is", soon) // after its drain call
+			pa.Signal(syscall.SIGTERM)
+			pa.WaitLog("Graceful termination period is", soon) // after its drain call
 			time.Sleep(1500 * time.Millisecond)                // past --drain-time-s
 			if _, closing := out.get(); closing != tt.outboundHinted {
 				t.Errorf("the app's outbound keep-alive told to close = %v, want %v", closing, tt.outboundHinted)
@@ -101,7 +101,7 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 				c.Close()
 				t.Error("a new inbound connection after --drain-time-s was accepted; pilot-agent's drain has no skip_exit")
 			}
-			if !pa.wait(soon) {
+			if !pa.Wait(soon) {
 				t.Fatal("pilot-agent did not end")
 			}
 			if _, err := p.netns.Dial(t.Context(), "tcp", "127.0.0.1:8080"); err != nil {

@@ -74,41 +74,39 @@ func newPod(t testing.TB) *pod {
 	return p
 }
 
-// proc is a process started in the pod, with its output kept for assertions.
-type proc struct {
-	*proctest.Proc
-	t    testing.TB
-	name string
-	cmd  *exec.Cmd
-	out  *proctest.Buffer
-	done chan struct{} // closed once the process ended and code is set
-	code int
-}
-
-// start runs argv inside the pod's network namespace. With newPID it is PID 1
-// of a new PID namespace, as a container's entrypoint is.
-func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proc {
+// start runs argv inside the pod's network namespace, in the environment
+// of cleanEnv(env): it is forked from a thread inside the namespace (no
+// nsenter, so a client's start costs what it costs in a container). With
+// newPID it is PID 1 of a new PID namespace, as a container's entrypoint is.
+func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proctest.Proc {
 	p.t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = cleanEnv(env)
 	if newPID {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	started := proctest.StartWith(p.t, name, cmd, func() error { return p.netns.Do(cmd.Start) })
-	pr := &proc{Proc: started, t: p.t, name: name, cmd: cmd, out: started.Out, done: make(chan struct{}), code: -1}
-	go func() {
-		<-started.Done()
-		pr.code = started.Code()
-		close(pr.done)
-	}()
-	return pr
+	return proctest.StartWith(p.t, name, cmd, func() error { return p.netns.Do(cmd.Start) })
+}
+
+// cleanEnv is the environment without the Go runtime knobs a caller may
+// have set, so that the binaries run with the tuning they choose
+// themselves, and with extra.
+func cleanEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" || k == "GOMEMLIMIT" || k == "GOGC" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
 }
 
 // exitCode is the code a shell would report: 128+N for signal N.
 func exitCode(ps *os.ProcessState) int { return proctest.ExitCode(ps) }
 
 // supervise starts the supervisor as PID 1 with the fake Envoy as its proxy.
-func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
+func (p *pod) supervise(flags []string, envoyFlags ...string) *proctest.Proc {
 	p.t.Helper()
 	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, flags...)
 	argv = append(argv, "--", bin.envoy)
@@ -121,39 +119,10 @@ func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
 func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, string) {
 	p.t.Helper()
 	pr := p.start(args[0], false, env, append([]string{bin.supervisor}, args...)...)
-	if !pr.wait(timeout) {
-		p.t.Fatalf("%v did not finish within %v:\n%s", args, timeout, pr.out.String())
+	if !pr.Wait(timeout) {
+		p.t.Fatalf("%v did not finish within %v:\n%s", args, timeout, pr.Out.String())
 	}
-	return pr.code, pr.out.String()
-}
-
-// wait reports whether the process ended within d; code is set then.
-func (pr *proc) wait(d time.Duration) bool {
-	if !pr.Wait(d) {
-		return false
-	}
-	<-pr.done // closed right after, once code is set
-	return true
-}
-
-// exit waits (bounded) for the process and returns its exit code.
-func (pr *proc) exit(d time.Duration) int {
-	pr.t.Helper()
-	if !pr.wait(d) {
-		pr.t.Fatalf("%s still running after %v", pr.name, d)
-	}
-	return pr.code
-}
-
-func (pr *proc) signal(sig syscall.Signal) {
-	pr.t.Helper()
-	pr.Signal(sig)
-}
-
-// waitLog waits (bounded) until the output holds s.
-func (pr *proc) waitLog(s string, d time.Duration) {
-	pr.t.Helper()
-	pr.WaitLog(s, d)
+	return pr.Code(), pr.Out.String()
 }
 
 // listen opens a listening socket in the pod's network namespace: the app.
