@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // root is the repository's root, the main module.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // outbound is an HTTP listener of the fake Envoy that the drain leaves

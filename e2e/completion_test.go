@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // app runs `proxy-supervisor exec` in the pod, as an app container's

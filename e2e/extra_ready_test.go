@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // agentReady serves a pilot-agent-like /healthz/ready on 127.0.0.1:15020 in

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/flood"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/flood"
 )
 
 // One source in the pod's network holding 400 connections to the health

@@ -11,7 +11,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // A SIGTERM at any step of the start, before the proxy was ever ready,

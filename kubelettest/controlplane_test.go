@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // controlPlane is the built control plane of the cluster mode: etcd,

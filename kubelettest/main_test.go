@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // kubeletVersion is the kubelet the suite builds (kubelet/go.mod pins it).

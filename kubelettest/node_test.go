@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 const (

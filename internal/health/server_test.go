@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/flood"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/flood"
 )
 
 // serveReady runs a health server that is always ready, until the test
