@@ -1,8 +1,10 @@
-// Package proctest holds helpers for tests that run processes: it builds the
-// project's binaries once per test binary, starts processes with their output
-// kept for assertions, waits for their exit with a bound, waits for a log
-// line or any other observable state, and hands out free ports and temp dirs
-// short enough for unix socket paths.
+// Package proctest is the one layer of the tests that run processes, shared
+// by e2e and by the nested test modules (deploytest, kubelettest): it builds
+// the project's binaries once per test binary, starts processes with their
+// output kept for assertions, runs code and processes inside network
+// namespaces, waits for their exit with a bound, waits for a log line or any
+// other observable state, and hands out free ports and temp dirs short
+// enough for unix socket paths.
 //
 // It is imported only from _test.go files; no product code may depend on it.
 //
