@@ -2,12 +2,13 @@ package deploytest
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // root is the repository's root, the main module.
@@ -17,22 +18,13 @@ const root = ".."
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "deploytest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "proxy-supervisor")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/proxy-supervisor")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build proxy-supervisor: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(proctest.Main(m, func() error {
+		bins, err := proctest.Binaries(proctest.Supervisor)
+		if err == nil {
+			binary = bins[0]
+		}
+		return err
+	}))
 }
 
 // checkCommandLine runs a proxy-supervisor command line (argv[0] is the

@@ -18,19 +18,19 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	sup := p.supervise([]string{"--admin-url", "unix://" + sock, "--drain-min", "0s", "--drain-timeout", "20s"},
 		"--config-yaml", "admin: {address: {pipe: {path: "+sock+"}}}")
 	p.waitHTTP(readyURL, 200, soon)
-	if c, err := p.dial(context.Background(), "tcp", "127.0.0.1:15000"); err == nil {
+	if c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:15000"); err == nil {
 		c.Close()
 		t.Fatal("an admin API listens on TCP 15000")
 	}
-	sup.waitLog(`msg="drain call chosen" envoy=1.37.2 call=/drain_listeners?graceful&inboundonly&skip_exit`, soon)
-	if code := p.prestop().exit(soon); code != 0 {
+	sup.WaitLog(`msg="drain call chosen" envoy=1.37.2 call=/drain_listeners?graceful&inboundonly&skip_exit`, soon)
+	if code := p.prestop().Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d", code)
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d:\n%s", code, sup.out.String())
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
 	}
-	out := sup.out.String()
+	out := sup.Out.String()
 	if strings.Contains(out, "failed") || strings.Contains(out, "escalated") {
 		t.Errorf("an admin call failed, or the stop needed a signal:\n%s", out)
 	}

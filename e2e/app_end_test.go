@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // outbound is an HTTP listener of the fake Envoy that the drain leaves
@@ -45,7 +45,7 @@ func (p *pod) envoyStat(stat string, n int) {
 }
 
 func (p *pod) post(d time.Duration) (int, error) {
-	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9001")
+	c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9001")
 	if err != nil {
 		return 0, err
 	}
@@ -77,9 +77,9 @@ func (u uploaded) check(t *testing.T) {
 }
 
 // outlives asserts that sup exits 0, and only after the upload's end.
-func outlives(t *testing.T, sup *proc, up <-chan uploaded) {
+func outlives(t *testing.T, sup *proctest.Proc, up <-chan uploaded) {
 	t.Helper()
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 	exited := sup.Ended()
@@ -98,8 +98,8 @@ func TestUploadAfterCloseWithoutExec(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
 	p.waitHTTP(readyURL, 200, soon)
 	ln := p.listen("tcp", "127.0.0.1:8080")
-	sup.signal(syscall.SIGTERM)
-	sup.waitLog(`msg="drain started"`, soon)
+	sup.Signal(syscall.SIGTERM)
+	sup.WaitLog(`msg="drain started"`, soon)
 	ln.Close()
 	time.Sleep(100 * time.Millisecond) // the app's gap between its close and its upload
 	up := p.upload(1500 * time.Millisecond)
@@ -113,22 +113,22 @@ func TestUploadAfterCloseUnderExec(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
 	ln := p.listen("tcp", "127.0.0.1:8080")
 	app := p.app("app", nil, "sleep 3; exit 0")
-	sup.waitLog(`msg="peer running"`, soon)
+	sup.WaitLog(`msg="peer running"`, soon)
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	sup.waitLog(`msg="drain started"`, soon)
+	sup.Signal(syscall.SIGTERM)
+	sup.WaitLog(`msg="drain started"`, soon)
 	ln.Close()
 	time.Sleep(time.Second) // longer than any quiet period
 	up := p.upload(500 * time.Millisecond)
 	u := <-up
 	u.check(t)
-	if code := app.exit(soon); code != 0 {
+	if code := app.Exit(soon); code != 0 {
 		t.Fatalf("app exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
-	if !strings.Contains(sup.out.String(), "peers_running=1") {
+	if !strings.Contains(sup.Out.String(), "peers_running=1") {
 		t.Error("the drain's progress never said a peer was still running")
 	}
 }
@@ -140,7 +140,7 @@ func TestIdleKeepAliveDoesNotHoldTheDrain(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
 		"--listener", "inbound=127.0.0.1:9000,inbound")
 	p.waitHTTP(readyURL, 200, soon)
-	c, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	c, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,16 +155,16 @@ func TestIdleKeepAliveDoesNotHoldTheDrain(t *testing.T) {
 	resp.Body.Close()
 	start := time.Now()
 	hook := p.prestop()
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("prestop took %v; an idle keep-alive held it", d)
 	}
 	// The hook's answer can come before the supervisor's log line is read.
-	sup.waitLog("end=drained", soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.WaitLog("end=drained", soon)
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -175,11 +175,11 @@ func TestSigtermAfterPrestopWaitsForTheUpload(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"}, "--listener", outbound)
 	p.waitHTTP(readyURL, 200, soon)
-	if code := p.prestop().exit(soon); code != 0 {
+	if code := p.prestop().Exit(soon); code != 0 {
 		t.Fatal("prestop failed")
 	}
 	up := p.upload(1500 * time.Millisecond)
 	p.envoyStat("http.outbound.downstream_rq_active", 1) // the upload is under way
-	sup.signal(syscall.SIGTERM)
+	sup.Signal(syscall.SIGTERM)
 	outlives(t, sup, up)
 }

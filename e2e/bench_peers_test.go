@@ -106,7 +106,7 @@ func BenchmarkExec(b *testing.B) {
 				sup := benchSupervise(b, p, nil, dir, nil)
 				benchWaitReady(b, dir, sup)
 				start := time.Now()
-				e := bstart(b, p, "exec", false, nil, bin.supervisor, "exec", "--control-dir", dir, "--", "true")
+				e := p.start("exec", false, nil, bin.supervisor, "exec", "--control-dir", dir, "--", "true")
 				if code := e.Exit(10 * time.Second); code != 0 {
 					b.Fatalf("exec exit %d:\n%s", code, e.Out.String())
 				}
@@ -115,10 +115,10 @@ func BenchmarkExec(b *testing.B) {
 					b.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
 				}
 			}
-			envoy := bstart(b, p, "fake-envoy", true, nil, bin.envoy)
+			envoy := p.start("fake-envoy", true, nil, bin.envoy)
 			p.waitHTTP("http://127.0.0.1:15000/ready", 200, 10*time.Second)
 			start := time.Now()
-			sc := bstart(b, p, "scuttle", false, []string{"ENVOY_ADMIN_API=http://127.0.0.1:15000"}, scuttle, "true")
+			sc := p.start("scuttle", false, []string{"ENVOY_ADMIN_API=http://127.0.0.1:15000"}, scuttle, "true")
 			if code := sc.Exit(10 * time.Second); code != 0 {
 				b.Fatalf("scuttle exit %d:\n%s", code, sc.Out.String())
 			}
@@ -161,13 +161,13 @@ func BenchmarkDrainCPU(b *testing.B) {
 			ln := p.listen("tcp", "127.0.0.1:8080")
 			time.Sleep(time.Second)
 			idle = append(idle, cpuPerSecond(b, sup.Pid(), window))
-			hook := bstart(b, nil, "prestop", false, nil, bin.supervisor, "prestop", "--control-dir", dir)
+			hook := p.start("prestop", false, nil, bin.supervisor, "prestop", "--control-dir", dir)
 			sup.WaitLog(`msg="drain started"`, 10*time.Second)
 			time.Sleep(500 * time.Millisecond)
 			draining = append(draining, cpuPerSecond(b, sup.Pid(), window))
 
 			start := time.Now()
-			sh := bstart(b, p, "netstat loop", false, nil, "sh", "-c", loop)
+			sh := p.start("netstat loop", false, nil, "sh", "-c", loop)
 			if code := sh.Exit(20 * time.Second); code != 0 {
 				b.Fatalf("netstat loop exit %d:\n%s", code, sh.Out.String())
 			}
@@ -237,7 +237,7 @@ func BenchmarkMemoryAfterBurst(b *testing.B) {
 		}
 		time.Sleep(5 * time.Second)
 		sample("idle, 5 s after ready")
-		w := bstart(b, p, "wrk", false, nil, "wrk", "-t2", "-c16", "-d5s", "http://"+benchHealthAddr+"/healthz/ready")
+		w := p.start("wrk", false, nil, "wrk", "-t2", "-c16", "-d5s", "http://"+benchHealthAddr+"/healthz/ready")
 		if code := w.Exit(30 * time.Second); code != 0 {
 			b.Fatalf("wrk exit %d:\n%s", code, w.Out.String())
 		}

@@ -24,7 +24,7 @@ func BenchmarkPlantedFiles(b *testing.B) {
 		plant(b, p.dir, 50000, 1001)
 		sup := p.supervise([]string{"--allowed-uids", "0", "--restart-policy", "Always"})
 		p.waitHTTP(readyURL, 200, soon)
-		pid := sup.cmd.Process.Pid
+		pid := sup.Cmd.Process.Pid
 		cpu := cpuShare(b, pid, 10*time.Second)
 		c := control.NewClient(p.dir)
 		var lat []float64
@@ -50,7 +50,7 @@ func BenchmarkPlantedFiles(b *testing.B) {
 		b.ReportMetric(lat[len(lat)-1], "post-max-ms")
 		fmt.Printf("planted files: CPU %.1f%% of one, VmRSS %.0f kB, POST /v1/complete p50 %.2f ms, max %.2f ms\n",
 			100*cpu, kb["VmRSS"], lat[len(lat)/2], lat[len(lat)-1])
-		sup.signal(syscall.SIGTERM)
-		sup.exit(soon)
+		sup.Signal(syscall.SIGTERM)
+		sup.Exit(soon)
 	}
 }

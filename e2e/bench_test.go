@@ -38,7 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,7 +45,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 const benchHealthAddr = "127.0.0.1:15022"
@@ -84,43 +83,13 @@ func benchNeedTool(b *testing.B, names ...string) {
 	}
 }
 
-// cleanEnv is the environment without the Go runtime knobs a caller may have
-// set, so that the binaries run with the tuning they choose themselves.
-func benchEnv(extra []string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" || k == "GOMEMLIMIT" || k == "GOGC" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
-
-// bstart starts argv in its own process group. With a pod it runs in the pod's
-// network namespace: it is forked from a thread inside it (no nsenter, so a
-// client's start costs what it costs in a container). With newPID it is PID 1
-// of a new PID namespace, as a container's entrypoint is.
-func bstart(b *testing.B, p *pod, name string, newPID bool, env []string, argv ...string) *proctest.Proc {
-	b.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = benchEnv(env)
-	if newPID {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
-	}
-	if p == nil {
-		return proctest.Start(b, name, cmd)
-	}
-	return proctest.StartWith(b, name, cmd, func() error { return p.inNetns(cmd.Start) })
-}
-
 // benchSupervise starts the supervisor as PID 1 in the pod with the fake Envoy as
 // its proxy, its control socket in dir.
 func benchSupervise(b *testing.B, p *pod, env []string, dir string, flags []string, envoyFlags ...string) *proctest.Proc {
 	b.Helper()
 	argv := append([]string{bin.supervisor, "supervise", "--control-dir", dir, "--health-addr", benchHealthAddr}, flags...)
 	argv = append(argv, "--", bin.envoy)
-	return bstart(b, p, "supervisor", true, env, append(argv, envoyFlags...)...)
+	return p.start("supervisor", true, env, append(argv, envoyFlags...)...)
 }
 
 // untuned bypasses main()'s memory tuning of the runtime and leaves Go's
@@ -293,7 +262,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 			var mu sync.Mutex
 			for i, s := range subjects {
 				p := newPod(b)
-				pr := bstart(b, p, s.name, true, s.env, s.argv(p.dir)...)
+				pr := p.start(s.name, true, s.env, s.argv(p.dir)...)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -420,7 +389,7 @@ func BenchmarkOrphanStorm(b *testing.B) {
 		argv := append([]string{"unshare", "--pid", "--fork", "--mount-proc"}, reapers[i].argv...)
 		argv = append(argv, storm, "-n", strconv.Itoa(n))
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = benchEnv(nil)
+		cmd.Env = cleanEnv(nil)
 		var stdout, stderr proctest.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
@@ -536,13 +505,13 @@ func BenchmarkReadiness(b *testing.B) {
 						polled = pollLoop(p, "http://"+benchHealthAddr+"/healthz/ready", 500*time.Millisecond, stop)
 					}
 				} else {
-					agent = bstart(b, p, "pilot-agent wait", false, nil, pilotAgent, "wait", "--url", "http://"+benchHealthAddr+"/healthz/ready", "--timeoutSeconds", "20")
+					agent = p.start("pilot-agent wait", false, nil, pilotAgent, "wait", "--url", "http://"+benchHealthAddr+"/healthz/ready", "--timeoutSeconds", "20")
 				}
 				if polled != nil || agent != nil {
 					time.Sleep(rand.N(500 * time.Millisecond))
 				}
 			}
-			w := bstart(b, nil, "wait", false, env, bin.supervisor, "wait", "--control-dir", dir, "--timeout", "20s")
+			w := p.start("wait", false, env, bin.supervisor, "wait", "--control-dir", dir, "--timeout", "20s")
 			time.Sleep(100*time.Millisecond + rand.N(25*time.Millisecond))
 			if w.Exited() {
 				b.Fatalf("wait returned before the flip (%d):\n%s", w.Code(), w.Out.String())
@@ -629,7 +598,7 @@ func benchOpenLoop(p *pod, addr, path string, rate int, d, warm time.Duration, c
 	results := make([][]result, conns)
 	cs := make([]net.Conn, conns)
 	for w := range conns {
-		if cs[w], err = p.dial(context.Background(), "tcp", addr); err != nil {
+		if cs[w], err = p.netns.Dial(context.Background(), "tcp", addr); err != nil {
 			return nil, nil, 0, err
 		}
 		defer cs[w].Close()
@@ -776,7 +745,7 @@ func BenchmarkHealthzWrk(b *testing.B) {
 		}{{"as shipped", "", nil}, {untunedName, "untuned-", untuned}} {
 			sup := benchSupervise(b, p, arm.env, p.dir, nil)
 			benchWaitReady(b, p.dir, sup)
-			w := bstart(b, p, "wrk", false, nil, "wrk", "-t2", "-c16", "-d5s", "--latency", "http://"+benchHealthAddr+"/healthz/ready")
+			w := p.start("wrk", false, nil, "wrk", "-t2", "-c16", "-d5s", "--latency", "http://"+benchHealthAddr+"/healthz/ready")
 			if code := w.Exit(30 * time.Second); code != 0 {
 				b.Fatalf("wrk exit %d:\n%s", code, w.Out.String())
 			}
@@ -836,7 +805,7 @@ func BenchmarkCompletion(b *testing.B) {
 			benchWaitReady(b, dir, sup)
 			time.Sleep(rand.N(20 * time.Millisecond))
 			start := time.Now()
-			c := bstart(b, nil, "complete", false, env, bin.supervisor, "complete", "--control-dir", dir)
+			c := p.start("complete", false, env, bin.supervisor, "complete", "--control-dir", dir)
 			if code := sup.Exit(10 * time.Second); code != 0 {
 				b.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
 			}
@@ -860,7 +829,7 @@ func BenchmarkCompletion(b *testing.B) {
 			if useAgent && pilotAgent == "" {
 				continue
 			}
-			envoy := bstart(b, p, "fake-envoy", true, nil, bin.envoy)
+			envoy := p.start("fake-envoy", true, nil, bin.envoy)
 			p.waitHTTP("http://127.0.0.1:15000/ready", 200, 10*time.Second)
 			time.Sleep(rand.N(20 * time.Millisecond))
 			start := time.Now()
@@ -868,7 +837,7 @@ func BenchmarkCompletion(b *testing.B) {
 			if useAgent {
 				argv = []string{pilotAgent, "request", "POST", "quitquitquit"}
 			}
-			cl := bstart(b, p, argv[0], false, nil, argv...)
+			cl := p.start(argv[0], false, nil, argv...)
 			if code := envoy.Exit(10 * time.Second); code != 0 {
 				b.Fatalf("fake-envoy exit %d:\n%s", code, envoy.Out.String())
 			}
@@ -917,11 +886,11 @@ func BenchmarkDrain(b *testing.B) {
 			sup := benchSupervise(b, p, nil, dir, []string{"--drain-min", "0s", "--drain-timeout", "20s"})
 			benchWaitReady(b, dir, sup)
 			ln := p.listen("tcp", "127.0.0.1:8080")
-			hook := bstart(b, nil, "prestop", false, nil, bin.supervisor, "prestop", "--control-dir", dir)
+			hook := p.start("prestop", false, nil, bin.supervisor, "prestop", "--control-dir", dir)
 			sup.WaitLog(`msg="drain started"`, 10*time.Second)
 			var sh *proctest.Proc
 			if i < withBaseline {
-				sh = bstart(b, p, "netstat loop", false, nil, "sh", "-c", loop)
+				sh = p.start("netstat loop", false, nil, "sh", "-c", loop)
 				time.Sleep(50*time.Millisecond + rand.N(time.Second))
 			} else {
 				time.Sleep(20 * time.Millisecond)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // tinyVolume mounts a tmpfs of the given size over the pod's volume in a
@@ -44,7 +46,7 @@ func tinyVolume(t *testing.T, p *pod, size string) []string {
 	case <-time.After(5 * time.Second):
 		t.Fatal("tmpfs not mounted within 5s")
 	}
-	return []string{"nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.Process.Pid), "--"}
+	return proctest.Nsenter(holder.Process.Pid, []string{"mount"})
 }
 
 // readOnly is the argv prefix that runs a command with the pod's volume
@@ -56,7 +58,7 @@ func readOnly(p *pod) []string {
 }
 
 // superviseIn starts the supervisor as PID 1 with argv prefixed by in.
-func (p *pod) superviseIn(in []string, flags ...string) *proc {
+func (p *pod) superviseIn(in []string, flags ...string) *proctest.Proc {
 	p.t.Helper()
 	argv := append(append([]string{}, in...), bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022")
 	argv = append(append(argv, flags...), "--", bin.envoy)
@@ -65,7 +67,7 @@ func (p *pod) superviseIn(in []string, flags ...string) *proc {
 
 // execIn runs `proxy-supervisor exec` of a shell script with argv prefixed
 // by in, as an app container's entrypoint.
-func (p *pod) execIn(in []string, name, script string) *proc {
+func (p *pod) execIn(in []string, name, script string) *proctest.Proc {
 	p.t.Helper()
 	argv := append(append([]string{}, in...), bin.supervisor, "exec", "--control-dir", p.dir, "--name", name, "--", "/bin/sh", "-c", script)
 	return p.start("app "+name, true, nil, argv...)
@@ -87,13 +89,13 @@ func TestExecReportsOverSocketWhenVolumeFull(t *testing.T) {
 			vol := tinyVolume(t, p, "256k")
 			sup := p.superviseIn(vol)
 			app := p.execIn(vol, "job", fmt.Sprintf("%s echo filled; exit %d", fill(p), code))
-			if got := app.exit(soon); got != code {
+			if got := app.Exit(soon); got != code {
 				t.Fatalf("exec exit %d, want the app's %d", got, code)
 			}
-			if got := sup.exit(soon); got != code {
+			if got := sup.Exit(soon); got != code {
 				t.Fatalf("supervisor exit %d, want the app's %d", got, code)
 			}
-			out := app.out.String()
+			out := app.Out.String()
 			if !strings.Contains(out, "filled") || !strings.Contains(out, "no space left on device") || !strings.Contains(out, "over the socket") {
 				t.Fatalf("exec did not say what happened:\n%s", out)
 			}
@@ -114,13 +116,13 @@ func TestCompleteReportsOverSocketWhenVolumeFull(t *testing.T) {
 	}
 	argv := append(append([]string{}, vol...), bin.supervisor, "complete", "--control-dir", p.dir, "--name", "app", "--exit-code", "4")
 	c := p.start("complete", false, nil, argv...)
-	if got := c.exit(soon); got != 0 {
-		t.Fatalf("complete exit %d, want 0:\n%s", got, c.out.String())
+	if got := c.Exit(soon); got != 0 {
+		t.Fatalf("complete exit %d, want 0:\n%s", got, c.Out.String())
 	}
-	if out := c.out.String(); !strings.Contains(out, "no space left on device") || !strings.Contains(out, "over the socket") {
+	if out := c.Out.String(); !strings.Contains(out, "no space left on device") || !strings.Contains(out, "over the socket") {
 		t.Fatalf("complete did not say what happened:\n%s", out)
 	}
-	if got := sup.exit(soon); got != 4 {
+	if got := sup.Exit(soon); got != 4 {
 		t.Fatalf("supervisor exit %d, want 4", got)
 	}
 }
@@ -136,10 +138,10 @@ func TestCompleteFailsWhenNeitherRecordNorSocket(t *testing.T) {
 	}
 	argv := append(append([]string{}, vol...), bin.supervisor, "complete", "--control-dir", p.dir, "--timeout", "1s")
 	c := p.start("complete", false, nil, argv...)
-	if got := c.exit(soon); got != 1 {
-		t.Fatalf("complete exit %d, want 1:\n%s", got, c.out.String())
+	if got := c.Exit(soon); got != 1 {
+		t.Fatalf("complete exit %d, want 1:\n%s", got, c.Out.String())
 	}
-	if out := c.out.String(); !strings.Contains(out, "lost") || !strings.Contains(out, "no space left on device") {
+	if out := c.Out.String(); !strings.Contains(out, "lost") || !strings.Contains(out, "no space left on device") {
 		t.Fatalf("complete did not say the completion is lost:\n%s", out)
 	}
 }
@@ -152,16 +154,16 @@ func TestExecRunsWithReadOnlyControlDir(t *testing.T) {
 	sup := p.supervise(nil)
 	marker := filepath.Join(t.TempDir(), "ran")
 	app := p.execIn(readOnly(p), "job", "touch "+marker+"; exit 5")
-	if got := app.exit(soon); got != 5 {
-		t.Fatalf("exec exit %d, want the app's 5:\n%s", got, app.out.String())
+	if got := app.Exit(soon); got != 5 {
+		t.Fatalf("exec exit %d, want the app's 5:\n%s", got, app.Out.String())
 	}
 	if _, err := os.Stat(marker); err != nil {
-		t.Fatalf("the app never ran:\n%s", app.out.String())
+		t.Fatalf("the app never ran:\n%s", app.Out.String())
 	}
-	if got := sup.exit(soon); got != 5 {
+	if got := sup.Exit(soon); got != 5 {
 		t.Fatalf("supervisor exit %d, want 5", got)
 	}
-	out := app.out.String()
+	out := app.Out.String()
 	if !strings.Contains(out, "read-only file system") || !strings.Contains(out, "lock") || !strings.Contains(out, "over the socket") {
 		t.Fatalf("exec did not say what happened:\n%s", out)
 	}
@@ -186,7 +188,7 @@ func TestRefusedClientGivesUpAtOnce(t *testing.T) {
 		}
 		t.Logf("%s: exit %d after %v", args[0], code, took.Round(time.Millisecond))
 	}
-	n := strings.Count(sup.out.String(), "refused a client")
+	n := strings.Count(sup.Out.String(), "refused a client")
 	if n > 3 {
 		t.Fatalf("the supervisor logged %d refusals for 3 requests", n)
 	}
@@ -202,23 +204,23 @@ func TestExecLostReportEndsOnSigterm(t *testing.T) {
 	sup := p.superviseIn(vol)
 	gate := filepath.Join(t.TempDir(), "go")
 	app := p.execIn(vol, "job", fmt.Sprintf("%s echo filled; while [ ! -e %s ]; do sleep 0.02; done; exit 7", fill(p), gate))
-	app.waitLog("filled", soon)
-	sup.signal(syscall.SIGKILL) // PID 1 of its namespace: the fake Envoy dies with it
-	sup.exit(soon)
+	app.WaitLog("filled", soon)
+	sup.Signal(syscall.SIGKILL) // PID 1 of its namespace: the fake Envoy dies with it
+	sup.Exit(soon)
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app.waitLog("asking again", soon)
-	if app.wait(300 * time.Millisecond) {
-		t.Fatalf("exec gave up at once (exit %d) instead of waiting for a supervisor", app.code)
+	app.WaitLog("asking again", soon)
+	if app.Wait(300 * time.Millisecond) {
+		t.Fatalf("exec gave up at once (exit %d) instead of waiting for a supervisor", app.Code())
 	}
 	start := time.Now()
-	app.signal(syscall.SIGTERM)
-	if got := app.exit(2 * time.Second); got != 7 {
+	app.Signal(syscall.SIGTERM)
+	if got := app.Exit(2 * time.Second); got != 7 {
 		t.Fatalf("exec exit %d, want the app's 7", got)
 	}
 	t.Logf("exec ended %v after SIGTERM", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(app.out.String(), "is lost") {
-		t.Fatalf("exec did not say the completion is lost:\n%s", app.out.String())
+	if !strings.Contains(app.Out.String(), "is lost") {
+		t.Fatalf("exec did not say the completion is lost:\n%s", app.Out.String())
 	}
 }

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // app runs `proxy-supervisor exec` in the pod, as an app container's
 // entrypoint would.
-func (p *pod) app(name string, flags []string, script string) *proc {
+func (p *pod) app(name string, flags []string, script string) *proctest.Proc {
 	argv := append([]string{bin.supervisor, "exec", "--control-dir", p.dir, "--name", name}, flags...)
 	argv = append(argv, "--", "/bin/sh", "-c", script)
 	return p.start("app "+name, true, nil, argv...)
@@ -30,17 +30,17 @@ func TestJobSucceeds(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "300ms")
 	app := p.app("app", nil, "echo working; exit 0")
-	if code := app.exit(soon); code != 0 {
+	if code := app.Exit(soon); code != 0 {
 		t.Fatalf("app exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want 0", code)
 	}
-	if !strings.Contains(app.out.String(), "working") {
+	if !strings.Contains(app.Out.String(), "working") {
 		t.Fatal("the app never ran")
 	}
 	// The app must not have run before the proxy was ready.
-	out := sup.out.String()
+	out := sup.Out.String()
 	ready, done := strings.Index(out, "proxy ready"), strings.Index(out, "peer completed")
 	if ready < 0 || done < 0 || ready > done {
 		t.Fatal("no readiness before the completion: exec did not wait")
@@ -52,10 +52,10 @@ func TestJobFailsUnderNever(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "exit 3")
-	if code := app.exit(soon); code != 3 {
+	if code := app.Exit(soon); code != 3 {
 		t.Fatalf("app exit %d, want 3", code)
 	}
-	if code := sup.exit(soon); code != 3 {
+	if code := sup.Exit(soon); code != 3 {
 		t.Fatalf("supervisor exit %d, want the app's 3", code)
 	}
 }
@@ -66,16 +66,16 @@ func TestJobFailsUnderOnFailure(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--on-peer-failure", "wait"})
-	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
+	if code := p.app("app", nil, "exit 3").Exit(soon); code != 3 {
 		t.Fatalf("first run exit %d", code)
 	}
-	sup.waitLog("keeping the proxy for its restart", soon)
+	sup.WaitLog("keeping the proxy for its restart", soon)
 	p.undecided(sup, "a failure under OnFailure")
 	p.waitHTTP(readyURL, 200, soon)
-	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+	if code := p.app("app", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatalf("second run exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want 0", code)
 	}
 }
@@ -84,7 +84,7 @@ func TestTwoPeers(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--peers", "job,uploader"})
-	if code := p.app("job", nil, "exit 0").exit(soon); code != 0 {
+	if code := p.app("job", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatalf("job exit %d", code)
 	}
 	p.undecided(sup, "one of two peers done")
@@ -93,10 +93,10 @@ func TestTwoPeers(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "intruder") {
 		t.Fatalf("unknown peer: exit %d, %q", code, out)
 	}
-	if code := p.app("uploader", nil, "exit 0").exit(soon); code != 0 {
+	if code := p.app("uploader", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatalf("uploader exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -109,18 +109,18 @@ func TestCompletionBeforeSupervisor(t *testing.T) {
 	// The supervisor of an earlier run created peers/; none listens now.
 	earlier := p.supervise(nil)
 	p.waitHTTP(readyURL, 200, soon)
-	earlier.cmd.Process.Signal(syscall.SIGKILL)
-	earlier.exit(soon)
+	earlier.Cmd.Process.Signal(syscall.SIGKILL)
+	earlier.Exit(soon)
 
 	code, out := p.client(soon, nil, "complete", "--control-dir", p.dir, "--exit-code", "4")
 	if code != 0 || !strings.Contains(out, "no supervisor is listening") {
 		t.Fatalf("complete without a supervisor: exit %d, %q", code, out)
 	}
 	sup := p.supervise(nil)
-	if code := sup.exit(soon); code != 4 {
+	if code := sup.Exit(soon); code != 4 {
 		t.Fatalf("supervisor exit %d, want the recorded 4", code)
 	}
-	if strings.Contains(sup.out.String(), "proxy started") {
+	if strings.Contains(sup.Out.String(), "proxy started") {
 		t.Fatal("the proxy was started although the records settled the job")
 	}
 }
@@ -131,12 +131,12 @@ func TestCompletionBeforeFirstStart(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	c := p.start("complete", false, nil, bin.supervisor, "complete", "--control-dir", p.dir, "--exit-code", "6")
-	c.waitLog("waiting for the supervisor to create", soon)
+	c.WaitLog("waiting for the supervisor to create", soon)
 	sup := p.supervise(nil, "--init-delay", "5s")
-	if code := c.exit(soon); code != 0 {
-		t.Fatalf("complete exit %d:\n%s", code, c.out.String())
+	if code := c.Exit(soon); code != 0 {
+		t.Fatalf("complete exit %d:\n%s", code, c.Out.String())
 	}
-	if code := sup.exit(soon); code != 6 {
+	if code := sup.Exit(soon); code != 6 {
 		t.Fatalf("supervisor exit %d, want the recorded 6", code)
 	}
 }
@@ -149,15 +149,15 @@ func TestExecSignaledWhileWaiting(t *testing.T) {
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", nil, "echo must-not-run")
 	waitRecord(t, p.dir, "app", `"running":true`)
-	app.signal(syscall.SIGTERM)
-	if code := app.exit(soon); code != 143 {
+	app.Signal(syscall.SIGTERM)
+	if code := app.Exit(soon); code != 143 {
 		t.Fatalf("exec exit %d, want 143", code)
 	}
-	if strings.Contains(app.out.String(), "must-not-run") {
+	if strings.Contains(app.Out.String(), "must-not-run") {
 		t.Fatal("exec ran the app")
 	}
 	waitRecord(t, p.dir, "app", `"reason":"signaled"`)
-	if code := sup.exit(soon); code != 143 {
+	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("supervisor exit %d, want 143 (signal before ready)", code)
 	}
 }
@@ -172,13 +172,13 @@ func TestPodDeletionOfAJob(t *testing.T) {
 	app := p.app("app", nil, "sleep 100")
 	waitRecord(t, p.dir, "app", `"running":true`)
 	hook := p.prestop()
-	sup.waitLog(`msg="drain started"`, soon)
-	app.signal(syscall.SIGTERM) // the kubelet, in parallel
-	if code := app.exit(soon); code != 143 {
+	sup.WaitLog(`msg="drain started"`, soon)
+	app.Signal(syscall.SIGTERM) // the kubelet, in parallel
+	if code := app.Exit(soon); code != 143 {
 		t.Fatalf("app exit %d, want 143", code)
 	}
-	hook.exit(soon)
-	if code := sup.exit(soon); code != 0 {
+	hook.Exit(soon)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want 0 for a deleted pod", code)
 	}
 }
@@ -187,15 +187,15 @@ func TestCompletionWhileProxyStarting(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--init-delay", "30s")
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir)
 	if code != 0 {
 		t.Fatalf("complete exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want 0", code)
 	}
-	if strings.Contains(sup.out.String(), "proxy ready") {
+	if strings.Contains(sup.Out.String(), "proxy ready") {
 		t.Fatal("the proxy became ready; this test wants a completion before that")
 	}
 }
@@ -208,11 +208,11 @@ func TestAppKilledWithExecIsLost(t *testing.T) {
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "sleep 100")
 	waitRecord(t, p.dir, "app", `"running":true`)
-	syscall.Kill(-app.cmd.Process.Pid, syscall.SIGKILL)
-	if code := sup.exit(soon); code != 137 {
+	syscall.Kill(-app.Cmd.Process.Pid, syscall.SIGKILL)
+	if code := sup.Exit(soon); code != 137 {
 		t.Fatalf("supervisor exit %d, want 137 for a lost peer", code)
 	}
-	if !strings.Contains(sup.out.String(), "reason=lost") {
+	if !strings.Contains(sup.Out.String(), "reason=lost") {
 		t.Fatal("the loss was not logged as such")
 	}
 }
@@ -222,16 +222,16 @@ func TestExecNotReady(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", []string{"--timeout", "1s"}, "echo must-not-run")
-	if code := app.exit(soon); code != 69 {
+	if code := app.Exit(soon); code != 69 {
 		t.Fatalf("exec exit %d, want 69", code)
 	}
-	if strings.Contains(app.out.String(), "must-not-run") {
+	if strings.Contains(app.Out.String(), "must-not-run") {
 		t.Fatal("exec ran the app without a ready proxy")
 	}
-	if code := sup.exit(soon); code != 69 {
+	if code := sup.Exit(soon); code != 69 {
 		t.Fatalf("supervisor exit %d, want 69", code)
 	}
-	if !strings.Contains(sup.out.String(), "reason=not-ready") {
+	if !strings.Contains(sup.Out.String(), "reason=not-ready") {
 		t.Fatal("not-ready reason not recorded")
 	}
 }
@@ -262,8 +262,8 @@ func TestStaleRecordDoesNotEndALaterRun(t *testing.T) {
 	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app.exit(soon)
-	if code := sup.exit(soon); code != 5 {
+	app.Exit(soon)
+	if code := sup.Exit(soon); code != 5 {
 		t.Fatalf("supervisor exit %d, want job's 5", code)
 	}
 }
@@ -289,7 +289,7 @@ func TestCurlOnTheSocket(t *testing.T) {
 	if err != nil || !strings.HasSuffix(string(out), "202") {
 		t.Fatalf("curl complete: %v %s", err, out)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 	// POST alone: the supervisor wrote the record itself, so it survives.
@@ -331,7 +331,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 	if err := c.Complete(ctx, "last", 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -340,14 +340,14 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--native-sidecar", "--drain-min", "30s"})
-	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+	if code := p.app("app", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatal("app failed")
 	}
-	sup.waitLog("the proxy stays until SIGTERM", soon)
+	sup.WaitLog("the proxy stays until SIGTERM", soon)
 	p.undecided(sup, "a native sidecar's peers completed")
 	start := time.Now()
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	// Every peer had completed, so the 30 s drain minimum is skipped.
@@ -368,8 +368,8 @@ func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
 	app := p.listen("tcp", "127.0.0.1:8080")
 	start := time.Now()
 	hook := p.prestop()
-	if code := hook.exit(soon); code != 0 || !strings.Contains(hook.out.String(), "native sidecar") {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "native sidecar") {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("prestop took %v while the app listened; a native sidecar's returns once the drain has started", d)
@@ -377,9 +377,9 @@ func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
 	p.waitHTTP(readyURL, 503, soon)
 	app.Close()
 	start = time.Now()
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d:\n%s", code, sup.out.String())
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("SIGTERM to exit took %v; want the stop alone, not --drain-min", d)
@@ -390,13 +390,13 @@ func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
 // It decides on a completion before it answers the poke, so once a peer's
 // exec or complete has returned, its status is the answer: there is no
 // window of time to watch.
-func (p *pod) undecided(sup *proc, after string) {
+func (p *pod) undecided(sup *proctest.Proc, after string) {
 	p.t.Helper()
 	if st := status(p.t, p.dir); st.ExitCode != nil {
 		p.t.Fatalf("after %s: exit code %d decided", after, *st.ExitCode)
 	}
-	if sup.wait(0) {
-		p.t.Fatalf("after %s: supervisor exited %d", after, sup.code)
+	if sup.Wait(0) {
+		p.t.Fatalf("after %s: supervisor exited %d", after, sup.Code())
 	}
 }
 

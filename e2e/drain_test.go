@@ -9,25 +9,27 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // prestop runs the preStop hook in the background.
-func (p *pod) prestop(flags ...string) *proc {
+func (p *pod) prestop(flags ...string) *proctest.Proc {
 	return p.start("prestop", false, nil, append([]string{bin.supervisor, "prestop", "--control-dir", p.dir}, flags...)...)
 }
 
 // stillBlocked asserts, once sup has started the drain, that pr is still
 // running after d, and that readiness is 503 meanwhile.
-func (p *pod) stillBlocked(sup, pr *proc, d time.Duration) {
+func (p *pod) stillBlocked(sup, pr *proctest.Proc, d time.Duration) {
 	p.t.Helper()
-	sup.waitLog(`msg="drain started"`, soon)
+	sup.WaitLog(`msg="drain started"`, soon)
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if code, _ := p.get(readyURL); code != 503 {
 			p.t.Fatalf("readiness %d during the drain, want 503", code)
 		}
-		if pr.wait(50 * time.Millisecond) {
-			p.t.Fatalf("%s returned (%d) while it should block:\n%s", pr.name, pr.code, pr.out.String())
+		if pr.Wait(50 * time.Millisecond) {
+			p.t.Fatalf("%s returned (%d) while it should block:\n%s", pr.Name, pr.Code(), pr.Out.String())
 		}
 	}
 }
@@ -49,8 +51,8 @@ func TestPrestopWaitsForAppPorts(t *testing.T) {
 			p.stillBlocked(sup, hook, time.Second)
 			ln.Close()
 			closed := time.Now()
-			if code := hook.exit(soon); code != 0 {
-				t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+			if code := hook.Exit(soon); code != 0 {
+				t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 			}
 			if d := time.Since(closed); d > 3*time.Second {
 				t.Fatalf("prestop returned %v after the port closed", d)
@@ -59,14 +61,14 @@ func TestPrestopWaitsForAppPorts(t *testing.T) {
 				t.Fatalf("readiness %d after the drain, want 503", code)
 			}
 			// The proxy still runs: preStop alone stops nothing.
-			if sup.wait(200 * time.Millisecond) {
-				t.Fatalf("supervisor exited %d on preStop", sup.code)
+			if sup.Wait(200 * time.Millisecond) {
+				t.Fatalf("supervisor exited %d on preStop", sup.Code())
 			}
-			sup.signal(syscall.SIGTERM)
-			if code := sup.exit(soon); code != 0 {
+			sup.Signal(syscall.SIGTERM)
+			if code := sup.Exit(soon); code != 0 {
 				t.Fatalf("supervisor exit %d", code)
 			}
-			if n := strings.Count(sup.out.String(), `msg="drain started"`); n != 1 {
+			if n := strings.Count(sup.Out.String(), `msg="drain started"`); n != 1 {
 				t.Fatalf("%d drains started; preStop and SIGTERM share one", n)
 			}
 		})
@@ -80,7 +82,7 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"},
 		"--listener", "inbound=127.0.0.1:9000,inbound,tcp")
 	p.waitHTTP(readyURL, 200, soon)
-	conn, err := p.dial(context.Background(), "tcp", "127.0.0.1:9000")
+	conn, err := p.netns.Dial(context.Background(), "tcp", "127.0.0.1:9000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +93,11 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	// holds the drain.
 	p.stillBlocked(sup, hook, time.Second)
 	conn.Close()
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -111,20 +113,20 @@ func TestDrainTimeout(t *testing.T) {
 	// A drain that reaches its bound is the design, not a hook failure:
 	// exit 0, with the timeout said and counted. (prestop exited 1, and the
 	// kubelet recorded FailedPreStopHook.)
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d at the drain's bound, want 0:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d at the drain's bound, want 0:\n%s", code, hook.Out.String())
 	}
 	if d := time.Since(start); d < time.Second || d > 6*time.Second {
 		t.Fatalf("prestop returned after %v with --drain-timeout 1.5s", d)
 	}
-	if !strings.Contains(hook.out.String(), "--drain-timeout") {
-		t.Fatalf("prestop did not say the bound was reached: %s", hook.out.String())
+	if !strings.Contains(hook.Out.String(), "--drain-timeout") {
+		t.Fatalf("prestop did not say the bound was reached: %s", hook.Out.String())
 	}
 	if n, _ := p.metric(`proxy_supervisor_drains_total{end="timeout"}`); n != 1 {
 		t.Fatalf(`drains_total{end="timeout"} = %v, want 1`, n)
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -157,8 +159,8 @@ func TestNotTheAppsPortsDoNotHoldDrain(t *testing.T) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Fatalf("prestop took %v; nothing of the app's was open", d)
 			}
-			sup.signal(syscall.SIGTERM)
-			sup.exit(soon)
+			sup.Signal(syscall.SIGTERM)
+			sup.Exit(soon)
 		})
 	}
 }
@@ -170,15 +172,15 @@ func TestSigtermDrainsFirst(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s"})
 	p.waitHTTP(readyURL, 200, soon)
 	ln := p.listen("tcp", "127.0.0.1:8080")
-	sup.signal(syscall.SIGTERM)
-	if sup.wait(time.Second) {
-		t.Fatalf("supervisor exited %d while the app still listened", sup.code)
+	sup.Signal(syscall.SIGTERM)
+	if sup.Wait(time.Second) {
+		t.Fatalf("supervisor exited %d while the app still listened", sup.Code())
 	}
 	if code, _ := p.get(readyURL); code != 503 {
 		t.Fatalf("readiness %d during the drain", code)
 	}
 	ln.Close()
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -195,10 +197,10 @@ func TestCompletionEndsDrain(t *testing.T) {
 	if code, _ := p.client(soon, nil, "complete", "--control-dir", p.dir); code != 0 {
 		t.Fatal("complete failed")
 	}
-	if code := hook.exit(soon); code != 0 {
+	if code := hook.Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -236,17 +238,17 @@ func TestDrainOnAListeningAppSleeps(t *testing.T) {
 	p.waitHTTP(readyURL, 200, soon)
 	ln := p.listen("tcp4", "127.0.0.1:8080")
 	hook := p.prestop()
-	sup.waitLog(`msg=draining`, soon)
+	sup.WaitLog(`msg=draining`, soon)
 	before, start := sleeps(t, sup.Pid()), time.Now()
 	time.Sleep(2 * time.Second) // the span measured
 	rate := (sleeps(t, sup.Pid()) - before) / time.Since(start).Seconds()
-	if hook.wait(0) {
-		t.Fatalf("prestop returned (%d) while the app listened:\n%s", hook.code, hook.out.String())
+	if hook.Wait(0) {
+		t.Fatalf("prestop returned (%d) while the app listened:\n%s", hook.Code(), hook.Out.String())
 	}
 	closed := time.Now()
 	ln.Close()
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
 	if d := time.Since(closed); d > 3*time.Second {
 		t.Fatalf("prestop returned %v after the port closed", d)
@@ -270,11 +272,11 @@ func TestPrestopSeesTheSupervisorStopMidDrain(t *testing.T) {
 	hook := p.prestop("--timeout", "25s")
 	p.stillBlocked(sup, hook, 300*time.Millisecond)
 	fixture(t, ctl, "crash")
-	sup.exit(soon) // 0: the preStop decided it (see the exit-code table)
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	sup.Exit(soon) // 0: the preStop decided it (see the exit-code table)
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
-	out := hook.out.String()
+	out := hook.Out.String()
 	if !strings.Contains(out, "the supervisor stopped") || strings.Contains(out, "still draining") {
 		t.Fatalf("prestop misreports a supervisor that stopped mid-drain:\n%s", out)
 	}

@@ -48,7 +48,7 @@ static_resources:
 func (p *pod) serveHTTP(addr, name string) net.Listener {
 	p.t.Helper()
 	var ln net.Listener
-	if err := p.inNetns(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := p.netns.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		p.t.Fatalf("%s listen %s: %v", name, addr, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +69,7 @@ type keepAlive struct {
 
 func (p *pod) keepAlive(t *testing.T, addr string) *keepAlive {
 	t.Helper()
-	c, err := p.dial(context.Background(), "tcp", addr)
+	c, err := p.netns.Dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -122,7 +122,7 @@ func TestDrainPerEnvoyVersion(t *testing.T) {
 			app := p.serveHTTP("127.0.0.1:8080", "app")
 			p.serveHTTP("127.0.0.1:8081", "svc")
 			p.waitHTTP(readyURL, 200, soon)
-			sup.waitLog(fmt.Sprintf("envoy=%s.0 call=%s", tt.version, tt.call), soon) // the drain call chosen
+			sup.WaitLog(fmt.Sprintf("envoy=%s.0 call=%s", tt.version, tt.call), soon) // the drain call chosen
 			in, out := p.keepAlive(t, "127.0.0.1:9000"), p.keepAlive(t, "127.0.0.1:9001")
 			if body, closing := in.get(); body != "app" || closing {
 				t.Fatalf("inbound before the drain: %q, close %v", body, closing)
@@ -132,7 +132,7 @@ func TestDrainPerEnvoyVersion(t *testing.T) {
 			}
 
 			hook := p.prestop()
-			sup.waitLog(`msg="drain started"`, soon)
+			sup.WaitLog(`msg="drain started"`, soon)
 			p.stillBlocked(sup, hook, 1500*time.Millisecond) // past --drain-time-s
 			if _, closing := out.get(); closing {
 				t.Error("the app's outbound keep-alive was told to close")
@@ -143,16 +143,16 @@ func TestDrainPerEnvoyVersion(t *testing.T) {
 			if body, _ := p.keepAlive(t, "127.0.0.1:9000").get(); body != "app" {
 				t.Errorf("a new inbound connection after --drain-time-s: %q", body)
 			}
-			if sup.wait(100 * time.Millisecond) {
+			if sup.Wait(100 * time.Millisecond) {
 				t.Fatal("the supervisor exited while the app listens")
 			}
 
 			app.Close()
-			if code := hook.exit(soon); code != 0 || !strings.Contains(hook.out.String(), "drained") {
-				t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+			if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "drained") {
+				t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 			}
-			sup.signal(syscall.SIGTERM)
-			if code := sup.exit(soon); code != 0 {
+			sup.Signal(syscall.SIGTERM)
+			if code := sup.Exit(soon); code != 0 {
 				t.Fatalf("supervisor exit %d", code)
 			}
 		})

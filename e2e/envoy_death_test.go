@@ -23,11 +23,11 @@ exit 0`, ready, ready)
 	sup := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", p.dir,
 		"--health-addr", "127.0.0.1:15022", "--", "/bin/sh", "-c", agent, bin.envoy)
 	p.waitHTTP(readyURL, 200, soon)
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want the child's 0", code)
 	}
 	var exitLine string
-	for _, line := range strings.Split(sup.out.String(), "\n") {
+	for _, line := range strings.Split(sup.Out.String(), "\n") {
 		if strings.Contains(line, `msg="proxy exited"`) {
 			exitLine = line
 		}

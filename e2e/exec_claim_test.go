@@ -23,15 +23,15 @@ func TestExecSameNameTogetherRunsOnce(t *testing.T) {
 			"sh", "-c", "echo run >> " + marker + "; sleep 0.3"}
 		a := p.start("exec-a", false, nil, app...)
 		b := p.start("exec-b", false, nil, app...)
-		codes := []int{a.exit(10 * time.Second), b.exit(10 * time.Second)}
+		codes := []int{a.Exit(10 * time.Second), b.Exit(10 * time.Second)}
 		b2, _ := os.ReadFile(marker)
 		if n := strings.Count(string(b2), "run"); n != i+1 {
-			t.Fatalf("pair %d: the app ran %d times in all, want %d (exits %v):\n%s\n%s", i+1, n, i+1, codes, a.out.String(), b.out.String())
+			t.Fatalf("pair %d: the app ran %d times in all, want %d (exits %v):\n%s\n%s", i+1, n, i+1, codes, a.Out.String(), b.Out.String())
 		}
 	}
 	select {
-	case <-sup.done:
-		t.Fatalf("supervisor exited (%d) though peer other never completed", sup.code)
+	case <-sup.Done():
+		t.Fatalf("supervisor exited (%d) though peer other never completed", sup.Code())
 	default:
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // Another uid in the pod can take an app's name before the app's exec
@@ -35,18 +35,18 @@ func TestExecSurvivesANameTakenByAnotherUID(t *testing.T) {
 			script := `printf '{"name":"job","running":true,"exit_code":0,"time":"2026-11-22T00:00:00Z"}\n' > "$0" && chmod 0644 "$0" && exec flock -x "$0" sh -c ': > "$1"; sleep 60' sh "$1"`
 			squatter := p.start("squatter", false, nil, setpriv(1000, "sh", "-c", script, squat, held)...)
 			if !proctest.Until(soon, func() bool { _, err := os.Stat(held); return err == nil || squatter.Exited() }) || squatter.Exited() {
-				t.Fatalf("the squatter did not take %s:\n%s", squat, squatter.out.String())
+				t.Fatalf("the squatter did not take %s:\n%s", squat, squatter.Out.String())
 			}
 
 			app := p.start("app", false, nil, setpriv(1001,
 				bin.supervisor, "exec", "--name", "job", "--control-dir", p.dir, "--timeout", "10s", "--", "sh", "-c", "exit 3")...)
-			if code := app.exit(soon); code != 3 {
-				t.Fatalf("exec exit %d, want the app's 3:\n%s", code, app.out.String())
+			if code := app.Exit(soon); code != 3 {
+				t.Fatalf("exec exit %d, want the app's 3:\n%s", code, app.Out.String())
 			}
-			if out := strings.TrimSpace(app.out.String()); !strings.Contains(out, "uid 1000") {
+			if out := strings.TrimSpace(app.Out.String()); !strings.Contains(out, "uid 1000") {
 				t.Fatalf("exec did not say which uid took the name:\n%s", out)
 			}
-			if code := sup.exit(soon); code != 3 {
+			if code := sup.Exit(soon); code != 3 {
 				t.Fatalf("supervisor exit %d, want the app's 3", code)
 			}
 		})

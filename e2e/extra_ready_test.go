@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // agentReady serves a pilot-agent-like /healthz/ready on 127.0.0.1:15020 in
@@ -16,7 +16,7 @@ import (
 func (p *pod) agentReady(ok *atomic.Bool) {
 	p.t.Helper()
 	var ln net.Listener
-	if err := p.inNetns(func() (err error) {
+	if err := p.netns.Do(func() (err error) {
 		ln, err = net.Listen("tcp", "127.0.0.1:15020")
 		return err
 	}); err != nil {
@@ -38,7 +38,7 @@ func TestExtraReadyURL(t *testing.T) {
 	var ok atomic.Bool
 	p.agentReady(&ok)
 	sup := p.supervise([]string{"--drain-min", "0s", "--extra-ready-url", "http://127.0.0.1:15020/healthz/ready"})
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	app := p.app("app", []string{"--timeout", "30s"}, "echo app started; exit 0")
 	body := p.waitHTTP(readyURL, 503, soon)
 	proctest.Until(time.Second, func() bool {
@@ -51,17 +51,17 @@ func TestExtraReadyURL(t *testing.T) {
 	if !strings.Contains(body, "15020") || !strings.Contains(body, "DNS proxy not ready") {
 		t.Fatalf("readiness 503 without the extra URL's reason: %q", body)
 	}
-	if app.wait(time.Second) {
-		t.Fatalf("the app ran (exit %d) before the extra readiness URL said ready:\n%s", app.code, app.out.String())
+	if app.Wait(time.Second) {
+		t.Fatalf("the app ran (exit %d) before the extra readiness URL said ready:\n%s", app.Code(), app.Out.String())
 	}
-	if strings.Contains(app.out.String(), "app started") {
+	if strings.Contains(app.Out.String(), "app started") {
 		t.Fatal("the app started before the extra readiness URL said ready")
 	}
 	ok.Store(true)
-	if code := app.exit(soon); code != 0 {
-		t.Fatalf("app exit %d:\n%s", code, app.out.String())
+	if code := app.Exit(soon); code != 0 {
+		t.Fatalf("app exit %d:\n%s", code, app.Out.String())
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }

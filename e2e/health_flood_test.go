@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/flood"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/flood"
 )
 
 // One source in the pod's network holding 400 connections to the health
@@ -23,13 +23,13 @@ func TestHealthProbesUnderSlowHeaderFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	from := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
 	wait := flood.SlowHeaders(ctx, func(ctx context.Context) (c net.Conn, err error) {
-		err = p.inNetns(func() error { c, err = from.DialContext(ctx, "tcp", "127.0.0.1:15022"); return err })
+		err = p.netns.Do(func() error { c, err = from.DialContext(ctx, "tcp", "127.0.0.1:15022"); return err })
 		return c, err
 	}, 400)
 	defer func() { cancel(); wait() }()
 	time.Sleep(2500 * time.Millisecond) // past one header timeout: the flood's steady state
 
-	probe := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: p.dial, DisableKeepAlives: true}}
+	probe := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: p.netns.Dial, DisableKeepAlives: true}}
 	lat, errs := flood.Probes(probe, []string{readyURL, "http://127.0.0.1:15022/healthz/live"}, 8, 250*time.Millisecond)
 	t.Logf("probe latencies under the flood: %v (max %v)", lat, slices.Max(lat))
 	for i, err := range errs {

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // Generous bounds: these assert behaviour, not speed (docs/benchmarks.md
@@ -24,11 +24,11 @@ func TestSigtermAfterReadyExitsZero(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil)
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
-	out := sup.out.String()
+	out := sup.Out.String()
 	for _, want := range []string{"proxy started", "proxy ready", "signal received", "stop requested", "proxy exited"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q", want)
@@ -43,14 +43,14 @@ func TestSigtermBeforeReadyExits143(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	// Up and answering, and still not ready.
 	proctest.Eventually(t, soon, "readiness 503 naming INITIALIZING", func() bool {
 		code, body := p.get(readyURL)
 		return code == 503 && strings.Contains(body, "INITIALIZING")
 	})
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 143 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("exit %d, want 143", code)
 	}
 }
@@ -61,8 +61,8 @@ func TestSigquitKillsAtOnce(t *testing.T) {
 	sup := p.supervise([]string{"--stop-timeout", "30s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
 	start := time.Now()
-	sup.signal(syscall.SIGQUIT)
-	if code := sup.exit(soon); code != 131 {
+	sup.Signal(syscall.SIGQUIT)
+	if code := sup.Exit(soon); code != 131 {
 		t.Fatalf("exit %d, want 131", code)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -86,10 +86,10 @@ func TestProxyExitCodePropagates(t *testing.T) {
 			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise(nil, tt.flags...)
-			if code := sup.exit(soon); code != tt.code {
+			if code := sup.Exit(soon); code != tt.code {
 				t.Fatalf("exit %d, want %d", code, tt.code)
 			}
-			sup.waitLog("proxy exited", soon)
+			sup.WaitLog("proxy exited", soon)
 		})
 	}
 }
@@ -103,11 +103,11 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 	}
 	for path, want := range map[string]int{p.dir + "/missing": 127, notExec: 126} {
 		pr := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "", "--", path)
-		if code := pr.exit(soon); code != want {
+		if code := pr.Exit(soon); code != want {
 			t.Errorf("%s: exit %d, want %d", path, code, want)
 		}
-		if !strings.Contains(pr.out.String(), path) {
-			t.Errorf("%s: the error does not name the path:\n%s", path, pr.out.String())
+		if !strings.Contains(pr.Out.String(), path) {
+			t.Errorf("%s: the error does not name the path:\n%s", path, pr.Out.String())
 		}
 	}
 }
@@ -128,11 +128,11 @@ func TestExecCommandNotFoundOrNotExecutable(t *testing.T) {
 	for path, want := range map[string]int{p.dir + "/missing": 127, "no-such-command-on-path": 127, notExec: 126} {
 		i++
 		e := p.start("exec", false, nil, bin.supervisor, "exec", "--name", fmt.Sprintf("app%d", i), "--control-dir", p.dir, "--timeout", "10s", "--", path)
-		if code := e.exit(10 * time.Second); code != want {
-			t.Errorf("%s: exit %d, want %d:\n%s", path, code, want, e.out.String())
+		if code := e.Exit(10 * time.Second); code != want {
+			t.Errorf("%s: exit %d, want %d:\n%s", path, code, want, e.Out.String())
 		}
-		if !strings.Contains(e.out.String(), path) {
-			t.Errorf("%s: the error does not name the command:\n%s", path, e.out.String())
+		if !strings.Contains(e.Out.String(), path) {
+			t.Errorf("%s: the error does not name the command:\n%s", path, e.Out.String())
 		}
 	}
 }
@@ -168,14 +168,14 @@ func TestHangingProxyIsKilled(t *testing.T) {
 	sup := p.supervise([]string{"--stop-timeout", "1s", "--drain-min", "0s"}, "--hang-on-term")
 	p.waitHTTP(readyURL, 200, soon)
 	start := time.Now()
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
 	if d := time.Since(start); d > 6*time.Second {
 		t.Fatalf("stop took %v with --stop-timeout 1s", d)
 	}
-	if !strings.Contains(sup.out.String(), "escalated to SIGKILL") {
+	if !strings.Contains(sup.Out.String(), "escalated to SIGKILL") {
 		t.Fatal("no SIGKILL escalation logged")
 	}
 }
@@ -184,21 +184,21 @@ func TestSignalForwarding(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "0s"}, "--init-delay", "1s")
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	// Before ready, SIGUSR1 would kill Envoy; it must be dropped.
-	sup.signal(syscall.SIGUSR1)
-	sup.waitLog("SIGUSR1 dropped", soon)
+	sup.Signal(syscall.SIGUSR1)
+	sup.WaitLog("SIGUSR1 dropped", soon)
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGUSR1)
-	sup.waitLog("reopening access logs", soon)
+	sup.Signal(syscall.SIGUSR1)
+	sup.WaitLog("reopening access logs", soon)
 	// Neither is forwarded: SIGUSR2 would kill Envoy, SIGHUP pilot-agent.
-	sup.signal(syscall.SIGUSR2)
-	sup.signal(syscall.SIGHUP)
-	sup.waitLog(`signal not forwarded" signal=SIGUSR2`, soon)
-	sup.waitLog(`signal not forwarded" signal=SIGHUP`, soon)
+	sup.Signal(syscall.SIGUSR2)
+	sup.Signal(syscall.SIGHUP)
+	sup.WaitLog(`signal not forwarded" signal=SIGUSR2`, soon)
+	sup.WaitLog(`signal not forwarded" signal=SIGHUP`, soon)
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d, want 0 (the proxy must have survived the signals)", code)
 	}
 }
@@ -212,7 +212,7 @@ func TestSignalStorm(t *testing.T) {
 	storm := []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR2, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1}
 	for i := 0; i < 300; i++ {
 		for _, sig := range storm {
-			sup.cmd.Process.Signal(sig)
+			sup.Cmd.Process.Signal(sig)
 		}
 	}
 	// Signals of one kind coalesce: each kind the supervisor handles is
@@ -224,9 +224,9 @@ func TestSignalStorm(t *testing.T) {
 	}
 	p.waitHTTP(readyURL, 200, soon)
 	for i := 0; i < 50; i++ {
-		sup.cmd.Process.Signal(syscall.SIGTERM)
+		sup.Cmd.Process.Signal(syscall.SIGTERM)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("exit %d, want 0", code)
 	}
 }
@@ -259,7 +259,7 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 	// The proxy exits only now that every orphan was reaped, however
 	// long that took.
 	fixture(t, ctl, "exit 7")
-	if code := sup.exit(soon); code != 7 {
+	if code := sup.Exit(soon); code != 7 {
 		t.Fatalf("exit %d, want the proxy's 7", code)
 	}
 }

@@ -39,8 +39,8 @@ func TestLivenessSeesAHungEnvoy(t *testing.T) {
 	}
 	fixture(t, ctl, "silent off")
 	p.waitHTTP(liveURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -52,21 +52,21 @@ func TestLivenessHoldsWhileStartingAndDraining(t *testing.T) {
 	ctl := p.dir + "/envoy.sock"
 	sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s", "--hung-after", "500ms"},
 		"--silent-for", "2s", "--control", ctl)
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	p.stays(liveURL, 200, 1500*time.Millisecond)
 	p.waitHTTP(readyURL, 200, soon)
 	ln := p.listen("tcp", "127.0.0.1:8080") // holds the drain
 	hook := p.prestop("--timeout", "20s")
-	sup.waitLog(`msg="drain started"`, soon)
+	sup.WaitLog(`msg="drain started"`, soon)
 	fixture(t, ctl, "silent on")
 	p.stays(liveURL, 200, 2*time.Second)
 	fixture(t, ctl, "silent off")
 	ln.Close()
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }
@@ -91,8 +91,8 @@ func TestLivenessHoldsForASlowEnvoy(t *testing.T) {
 	p.stays(liveURL, 200, 8*time.Second)
 	fixture(t, ctl, "slow 0")
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 0 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d", code)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // TestBurstLeavesLittleResident: a 3 s burst of keep-alive requests on
@@ -44,7 +44,7 @@ func TestBurstLeavesLittleResident(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := p.dial(context.Background(), "tcp", benchHealthAddr)
+			c, err := p.netns.Dial(context.Background(), "tcp", benchHealthAddr)
 			if err != nil {
 				t.Error(err)
 				return

@@ -31,27 +31,27 @@ func TestOnlyThePeersOwnerMayCompleteIt(t *testing.T) {
 
 	// On disk, the sticky bit refuses uid 1000's record.
 	forger := p.start("forger", false, nil, as(1000, "complete", "--name", "job", "--exit-code", "0", "--timeout", "5s", "--control-dir", p.dir)...)
-	if code := forger.exit(soon); code == 0 {
-		t.Fatalf("uid 1000 completed uid 1001's job: %s", forger.out.String())
+	if code := forger.Exit(soon); code == 0 {
+		t.Fatalf("uid 1000 completed uid 1001's job: %s", forger.Out.String())
 	}
 	// Over the socket, the supervisor refuses it.
 	curl := p.start("curl", false, nil, setpriv(1000,
 		"curl", "-sS", "-w", "\n%{http_code}", "--unix-socket", control.SocketPath(p.dir),
 		"-X", "POST", "http://x/v1/complete?peer=job&exit_code=0")...)
-	curl.exit(soon)
-	if out := curl.out.String(); !strings.HasSuffix(strings.TrimSpace(out), "403") || !strings.Contains(out, "uid 1001") {
+	curl.Exit(soon)
+	if out := curl.Out.String(); !strings.HasSuffix(strings.TrimSpace(out), "403") || !strings.Contains(out, "uid 1001") {
 		t.Fatalf("uid 1000's POST for uid 1001's job: %s; want 403 naming the owner", out)
 	}
-	if sup.wait(300 * time.Millisecond) {
-		t.Fatalf("the supervisor exited %d on a forged completion", sup.code)
+	if sup.Wait(300 * time.Millisecond) {
+		t.Fatalf("the supervisor exited %d on a forged completion", sup.Code())
 	}
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := job.exit(soon); code != 3 {
+	if code := job.Exit(soon); code != 3 {
 		t.Fatalf("job exit %d, want 3", code)
 	}
-	if code := sup.exit(soon); code != 3 {
+	if code := sup.Exit(soon); code != 3 {
 		t.Fatalf("supervisor exit %d, want the job's 3", code)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
 )
 
 // pilotAgent is a pilot-agent that scripts/pilot-agent.sh built before,
@@ -94,8 +94,8 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 			in.get()
 			out.get()
 
-			pa.signal(syscall.SIGTERM)
-			pa.waitLog("Graceful termination period is", soon) // after its drain call
+			pa.Signal(syscall.SIGTERM)
+			pa.WaitLog("Graceful termination period is", soon) // after its drain call
 			time.Sleep(1500 * time.Millisecond)                // past --drain-time-s
 			if _, closing := out.get(); closing != tt.outboundHinted {
 				t.Errorf("the app's outbound keep-alive told to close = %v, want %v", closing, tt.outboundHinted)
@@ -103,14 +103,14 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 			if _, closing := in.get(); !closing {
 				t.Error("the inbound keep-alive was not told to close")
 			}
-			if c, err := p.dial(t.Context(), "tcp", "127.0.0.1:9000"); err == nil {
+			if c, err := p.netns.Dial(t.Context(), "tcp", "127.0.0.1:9000"); err == nil {
 				c.Close()
 				t.Error("a new inbound connection after --drain-time-s was accepted; pilot-agent's drain has no skip_exit")
 			}
-			if !pa.wait(soon) {
+			if !pa.Wait(soon) {
 				t.Fatal("pilot-agent did not end")
 			}
-			if _, err := p.dial(t.Context(), "tcp", "127.0.0.1:8080"); err != nil {
+			if _, err := p.netns.Dial(t.Context(), "tcp", "127.0.0.1:8080"); err != nil {
 				t.Fatalf("the app: %v", err)
 			}
 			app.Close() // still listening when the proxy went

@@ -63,16 +63,16 @@ func TestPlantedFilesCostLittle(t *testing.T) {
 	plant(t, p.dir, 50000, 1001)
 	sup := p.supervise([]string{"--allowed-uids", "0"})
 	p.waitHTTP(readyURL, 200, soon)
-	if cpu := cpuShare(t, sup.cmd.Process.Pid, 3*time.Second); cpu > 0.1 {
+	if cpu := cpuShare(t, sup.Cmd.Process.Pid, 3*time.Second); cpu > 0.1 {
 		t.Fatalf("the supervisor used %.0f%% of a CPU over three rescans of planted files, want under 10%%", 100*cpu)
 	}
-	if n := strings.Count(sup.out.String(), "record skipped") + strings.Count(sup.out.String(), "records skipped"); n > 1 {
+	if n := strings.Count(sup.Out.String(), "record skipped") + strings.Count(sup.Out.String(), "records skipped"); n > 1 {
 		t.Fatalf("%d log lines of skipped records, want one summary", n)
 	}
-	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+	if code := p.app("app", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatalf("app exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d, want the app's 0:\n%s", code, sup.out.String())
+	if code := sup.Exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want the app's 0:\n%s", code, sup.Out.String())
 	}
 }

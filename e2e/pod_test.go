@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,16 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 var bin struct {
@@ -56,8 +52,8 @@ func TestMain(m *testing.M) {
 // are the pod's own, and the volume is the test's own temp dir.
 type pod struct {
 	t     testing.TB
-	dir   string // the emptyDir
-	netns string // /proc/PID/ns/net of the pause process
+	dir   string         // the emptyDir
+	netns proctest.Netns // the pause process's
 	pause *exec.Cmd
 }
 
@@ -75,49 +71,48 @@ func newPod(t testing.TB) *pod {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &pod{t: t, dir: dir, pause: pause, netns: fmt.Sprintf("/proc/%d/ns/net", pause.Process.Pid)}
+	p := &pod{t: t, dir: dir, pause: pause, netns: proctest.NetnsOf(pause.Process.Pid)}
 	t.Cleanup(func() { pause.Process.Kill(); pause.Wait() })
-	if b, err := exec.Command("nsenter", "--net="+p.netns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+	up := proctest.Nsenter(pause.Process.Pid, []string{"net"}, "ip", "link", "set", "lo", "up")
+	if b, err := exec.Command(up[0], up[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("lo up: %v: %s", err, b)
 	}
 	return p
 }
 
-// proc is a process started in the pod, with its output kept for assertions.
-type proc struct {
-	*proctest.Proc
-	t    testing.TB
-	name string
-	cmd  *exec.Cmd
-	out  *proctest.Buffer
-	done chan struct{} // closed once the process ended and code is set
-	code int
-}
-
-// start runs argv inside the pod's network namespace. With newPID it is PID 1
-// of a new PID namespace, as a container's entrypoint is.
-func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proc {
+// start runs argv inside the pod's network namespace, in the environment
+// of cleanEnv(env): it is forked from a thread inside the namespace (no
+// nsenter, so a client's start costs what it costs in a container). With
+// newPID it is PID 1 of a new PID namespace, as a container's entrypoint is.
+func (p *pod) start(name string, newPID bool, env []string, argv ...string) *proctest.Proc {
 	p.t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = cleanEnv(env)
 	if newPID {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
 	}
-	started := proctest.StartWith(p.t, name, cmd, func() error { return p.inNetns(cmd.Start) })
-	pr := &proc{Proc: started, t: p.t, name: name, cmd: cmd, out: started.Out, done: make(chan struct{}), code: -1}
-	go func() {
-		<-started.Done()
-		pr.code = started.Code()
-		close(pr.done)
-	}()
-	return pr
+	return proctest.StartWith(p.t, name, cmd, func() error { return p.netns.Do(cmd.Start) })
+}
+
+// cleanEnv is the environment without the Go runtime knobs a caller may
+// have set, so that the binaries run with the tuning they choose
+// themselves, and with extra.
+func cleanEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" || k == "GOMEMLIMIT" || k == "GOGC" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
 }
 
 // exitCode is the code a shell would report: 128+N for signal N.
 func exitCode(ps *os.ProcessState) int { return proctest.ExitCode(ps) }
 
 // supervise starts the supervisor as PID 1 with the fake Envoy as its proxy.
-func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
+func (p *pod) supervise(flags []string, envoyFlags ...string) *proctest.Proc {
 	p.t.Helper()
 	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, flags...)
 	argv = append(argv, "--", bin.envoy)
@@ -130,59 +125,17 @@ func (p *pod) supervise(flags []string, envoyFlags ...string) *proc {
 func (p *pod) client(timeout time.Duration, env []string, args ...string) (int, string) {
 	p.t.Helper()
 	pr := p.start(args[0], false, env, append([]string{bin.supervisor}, args...)...)
-	if !pr.wait(timeout) {
-		p.t.Fatalf("%v did not finish within %v:\n%s", args, timeout, pr.out.String())
+	if !pr.Wait(timeout) {
+		p.t.Fatalf("%v did not finish within %v:\n%s", args, timeout, pr.Out.String())
 	}
-	return pr.code, pr.out.String()
-}
-
-// wait reports whether the process ended within d; code is set then.
-func (pr *proc) wait(d time.Duration) bool {
-	if !pr.Wait(d) {
-		return false
-	}
-	<-pr.done // closed right after, once code is set
-	return true
-}
-
-// exit waits (bounded) for the process and returns its exit code.
-func (pr *proc) exit(d time.Duration) int {
-	pr.t.Helper()
-	if !pr.wait(d) {
-		pr.t.Fatalf("%s still running after %v", pr.name, d)
-	}
-	return pr.code
-}
-
-func (pr *proc) signal(sig syscall.Signal) {
-	pr.t.Helper()
-	pr.Signal(sig)
-}
-
-// waitLog waits (bounded) until the output holds s.
-func (pr *proc) waitLog(s string, d time.Duration) {
-	pr.t.Helper()
-	pr.WaitLog(s, d)
-}
-
-// dial connects from inside the pod's network namespace.
-func (p *pod) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := p.inNetns(func() (err error) {
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
+	return pr.Code(), pr.Out.String()
 }
 
 // listen opens a listening socket in the pod's network namespace: the app.
 func (p *pod) listen(network, addr string) net.Listener {
 	p.t.Helper()
-	var ln net.Listener
-	if err := p.inNetns(func() (err error) {
-		ln, err = net.Listen(network, addr)
-		return err
-	}); err != nil {
+	ln, err := p.netns.Listen(network, addr)
+	if err != nil {
 		p.t.Fatalf("app listen %s: %v", addr, err)
 	}
 	go func() { // accept and hold, as an app would
@@ -198,42 +151,11 @@ func (p *pod) listen(network, addr string) net.Listener {
 	return ln
 }
 
-// inNetns runs fn on a thread inside the pod's network namespace: a socket
-// belongs to the namespace of the thread that creates it, so the thread joins
-// the pod's for the call and leaves again.
-func (p *pod) inNetns(fn func() error) error {
-	runtime.LockOSThread()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer self.Close()
-	target, err := os.Open(p.netns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := fn()
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		// This thread is stuck in the pod's namespace: leave it locked so
-		// that it dies with the goroutine instead of serving others.
-		return fmt.Errorf("restore netns: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // http returns a client whose connections are made inside the pod.
 func (p *pod) http() *http.Client {
 	return &http.Client{
 		Timeout:   5 * time.Second,
-		Transport: &http.Transport{DialContext: p.dial, DisableKeepAlives: true},
+		Transport: &http.Transport{DialContext: p.netns.Dial, DisableKeepAlives: true},
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // asUID runs fn on a thread of its own whose uid, gid and groups are uid's
@@ -67,19 +67,19 @@ func setpriv(uid int, argv ...string) []string {
 
 // waitServing waits (bounded) until the control socket answers a client of
 // this (root) process.
-func waitServing(t *testing.T, p *pod, sup *proc) {
+func waitServing(t *testing.T, p *pod, sup *proctest.Proc) {
 	t.Helper()
 	var err error
 	proctest.Until(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err = control.NewClient(p.dir).Status(ctx)
-		return err == nil || sup.wait(0)
+		return err == nil || sup.Wait(0)
 	})
 	switch {
 	case err == nil:
-	case sup.wait(0):
-		t.Fatalf("supervisor exited (%d) before serving", sup.code)
+	case sup.Wait(0):
+		t.Fatalf("supervisor exited (%d) before serving", sup.Code())
 	default:
 		t.Fatalf("control socket never answered: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The ready mark cannot be faked with a stale socket. In Istio's layout
@@ -27,7 +27,7 @@ func TestStaleReadyMarkCannotBeSwappedIn(t *testing.T) {
 	}
 	p := newPod(t)
 	emptyDir(t, p)
-	supervise := func(envoyFlags ...string) *proc {
+	supervise := func(envoyFlags ...string) *proctest.Proc {
 		return p.start("supervisor", true, nil, setpriv(1337, append([]string{
 			bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022", "--", bin.envoy}, envoyFlags...)...)...)
 	}
@@ -40,8 +40,8 @@ func TestStaleReadyMarkCannotBeSwappedIn(t *testing.T) {
 		return unix.Lstat(filepath.Join(sock, "control.sock"), &st) == nil && st.Mode&unix.S_ISVTX != 0
 	}
 	proctest.Eventually(t, soon, "the ready supervisor's socket marked", marked)
-	old.signal(syscall.SIGKILL)
-	old.exit(soon)
+	old.Signal(syscall.SIGKILL)
+	old.Exit(soon)
 	stale := filepath.Join(p.dir, "stale")
 	if err := asUID(1000, func() error { return os.Rename(sock, stale) }); err != nil {
 		t.Fatalf("uid 1000 could not move sock/ in the 0777 dir: %v", err)
@@ -80,19 +80,19 @@ func TestStaleReadyMarkCannotBeSwappedIn(t *testing.T) {
 			args = setpriv(1000, args...)
 		}
 		pr := p.start("wait", false, env, args...)
-		if code := pr.exit(soon); code == 0 {
-			t.Fatalf("try %d: wait exited 0 with the proxy never ready:\n%s", i, pr.out.String())
+		if code := pr.Exit(soon); code == 0 {
+			t.Fatalf("try %d: wait exited 0 with the proxy never ready:\n%s", i, pr.Out.String())
 		}
 	}
 	for i := range 5 {
 		marker := filepath.Join(p.dir, "ran")
 		pr := p.start("exec", false, nil, bin.supervisor, "exec", "--name", "job", "--timeout", "300ms", "--control-dir", p.dir, "--", "touch", marker)
-		pr.exit(soon)
+		pr.Exit(soon)
 		if _, err := os.Stat(marker); err == nil {
-			t.Fatalf("try %d: exec ran the app with the proxy never ready:\n%s", i, pr.out.String())
+			t.Fatalf("try %d: exec ran the app with the proxy never ready:\n%s", i, pr.Out.String())
 		}
-		if strings.Contains(pr.out.String(), "served by uid") {
-			t.Fatalf("try %d: a trusted socket refused: %s", i, pr.out.String())
+		if strings.Contains(pr.Out.String(), "served by uid") {
+			t.Fatalf("try %d: a trusted socket refused: %s", i, pr.Out.String())
 		}
 	}
 }

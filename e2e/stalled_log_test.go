@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // A supervisor whose stderr nobody reads (a stalled pipe) still acts on
@@ -35,10 +35,11 @@ func TestSigtermAfterAStormWithAStalledLog(t *testing.T) {
 	}
 	// The fake Envoy logs elsewhere: this is about the supervisor's log.
 	script := `exec "$0" "$@" >/dev/null 2>&1`
-	cmd := exec.Command("nsenter", "--net="+p.netns, "--",
+	argv := proctest.Nsenter(p.pause.Process.Pid, []string{"net"},
 		bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022",
 		"--drain-min", "0", "--stop-timeout", "2s", "--",
 		"/bin/sh", "-c", script, bin.envoy)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // A SIGTERM at any step of the start, before the proxy was ever ready,
@@ -22,11 +24,11 @@ func TestSigtermDuringStartExits143(t *testing.T) {
 	t.Parallel()
 	type step struct {
 		name  string
-		after func(p *pod, sup *proc) bool // the step has been reached
+		after func(p *pod, sup *proctest.Proc) bool // the step has been reached
 		delay time.Duration
 	}
-	logged := func(s string) func(*pod, *proc) bool {
-		return func(_ *pod, sup *proc) bool { return strings.Contains(sup.out.String(), s) }
+	logged := func(s string) func(*pod, *proctest.Proc) bool {
+		return func(_ *pod, sup *proctest.Proc) bool { return strings.Contains(sup.Out.String(), s) }
 	}
 	// The first log line comes once the flags are read; the delays after it
 	// reach into the records, the sockets and the fork.
@@ -36,7 +38,7 @@ func TestSigtermDuringStartExits143(t *testing.T) {
 		steps = append(steps, step{fmt.Sprint("flags read+", d), logged("drain bound derived"), d})
 	}
 	steps = append(steps,
-		step{"control socket bound", func(p *pod, _ *proc) bool {
+		step{"control socket bound", func(p *pod, _ *proctest.Proc) bool {
 			_, err := os.Stat(filepath.Join(p.dir, "sock", "control.sock"))
 			return err == nil
 		}, 0},
@@ -44,14 +46,14 @@ func TestSigtermDuringStartExits143(t *testing.T) {
 		// 300 records of peers that succeeded (of 1000) take some
 		// milliseconds to read: the signal comes once the supervisor has
 		// the records directory open, or as soon after as it is seen.
-		step{"records read", func(p *pod, sup *proc) bool {
-			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", sup.cmd.Process.Pid))
+		step{"records read", func(p *pod, sup *proctest.Proc) bool {
+			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", sup.Cmd.Process.Pid))
 			for _, fd := range fds {
-				if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", sup.cmd.Process.Pid, fd.Name())); l == filepath.Join(p.dir, "peers") {
+				if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", sup.Cmd.Process.Pid, fd.Name())); l == filepath.Join(p.dir, "peers") {
 					return true
 				}
 			}
-			return strings.Contains(sup.out.String(), "proxy started") // seen too late: send it anyway
+			return strings.Contains(sup.Out.String(), "proxy started") // seen too late: send it anyway
 		}, 0},
 	)
 	for _, st := range steps {
@@ -72,18 +74,18 @@ func TestSigtermDuringStartExits143(t *testing.T) {
 			}
 			sup := p.supervise(flags, "--stay-initializing")
 			for !st.after(p, sup) {
-				if sup.wait(0) {
-					t.Fatalf("supervisor exited %d before the step:\n%s", sup.code, sup.out.String())
+				if sup.Wait(0) {
+					t.Fatalf("supervisor exited %d before the step:\n%s", sup.Code(), sup.Out.String())
 				}
 				time.Sleep(50 * time.Microsecond) // the steps are microseconds apart
 			}
 			time.Sleep(st.delay)
-			sup.signal(syscall.SIGTERM)
-			if code := sup.exit(soon); code != 143 {
+			sup.Signal(syscall.SIGTERM)
+			if code := sup.Exit(soon); code != 143 {
 				t.Fatalf("exit %d after SIGTERM at %s, want 143", code, st.name)
 			}
-			if !strings.Contains(sup.out.String(), "signal received") {
-				t.Fatalf("no log line of the signal:\n%s", sup.out.String())
+			if !strings.Contains(sup.Out.String(), "signal received") {
+				t.Fatalf("no log line of the signal:\n%s", sup.Out.String())
 			}
 		})
 	}

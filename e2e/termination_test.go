@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The end-to-end tests of issue 10's termination points: the restart
@@ -31,40 +33,40 @@ func TestAlwaysKeepsTheProxyWhenTheAppExits(t *testing.T) {
 			p := newPod(t)
 			argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, tt.flags...)
 			sup := p.start("supervisor", true, tt.env, append(argv, "--", bin.envoy)...)
-			if code := p.app("app", nil, fmt.Sprintf("exit %d", tt.code)).exit(soon); code != tt.code {
+			if code := p.app("app", nil, fmt.Sprintf("exit %d", tt.code)).Exit(soon); code != tt.code {
 				t.Fatalf("app exit %d, want %d", code, tt.code)
 			}
-			sup.stays("keeping the proxy for its restart (--restart-policy Always)")
-			sup.waitLog(tt.why, soon)
+			stays(t, sup, "keeping the proxy for its restart (--restart-policy Always)")
+			sup.WaitLog(tt.why, soon)
 			p.waitHTTP(readyURL, 200, soon)
 			// The kubelet restarts the app; it runs through the same proxy.
 			app := p.app("app", nil, "echo restarted; exec sleep 60")
-			app.waitLog("restarted", soon)
+			app.WaitLog("restarted", soon)
 			// The pod's deletion: the kubelet sends every container SIGTERM.
 			// The running app holds the drain until it has ended.
-			app.signal(syscall.SIGTERM)
-			sup.deleted()
+			app.Signal(syscall.SIGTERM)
+			deleted(t, sup)
 		})
 	}
 }
 
 // stays waits for the supervisor to log why it keeps the proxy, and checks
 // that it does.
-func (pr *proc) stays(why string) {
-	pr.t.Helper()
-	pr.waitLog(why, soon)
-	if pr.wait(500 * time.Millisecond) {
-		pr.t.Fatalf("%s exited %d after logging %q", pr.name, pr.code, why)
+func stays(t testing.TB, pr *proctest.Proc, why string) {
+	t.Helper()
+	pr.WaitLog(why, soon)
+	if pr.Wait(500 * time.Millisecond) {
+		t.Fatalf("%s exited %d after logging %q", pr.Name, pr.Code(), why)
 	}
 }
 
 // deleted is the pod's deletion as the proxy container sees it after its
 // preStop hook: SIGTERM, after which the supervisor must exit 0.
-func (pr *proc) deleted() {
-	pr.t.Helper()
-	pr.signal(syscall.SIGTERM)
-	if code := pr.exit(soon); code != 0 {
-		pr.t.Fatalf("%s exit %d on the pod's deletion, want 0", pr.name, code)
+func deleted(t testing.TB, pr *proctest.Proc) {
+	t.Helper()
+	pr.Signal(syscall.SIGTERM)
+	if code := pr.Exit(soon); code != 0 {
+		t.Fatalf("%s exit %d on the pod's deletion, want 0", pr.Name, code)
 	}
 }
 
@@ -73,20 +75,20 @@ func (pr *proc) deleted() {
 func TestRestartPolicyFlags(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--restart-policy", "OnFailure"})
-	if code := p.app("app", nil, "exit 3").exit(soon); code != 3 {
+	if code := p.app("app", nil, "exit 3").Exit(soon); code != 3 {
 		t.Fatalf("first run exit %d", code)
 	}
-	sup.stays("keeping the proxy for its restart (--restart-policy OnFailure)")
-	if code := p.app("app", nil, "exit 0").exit(soon); code != 0 {
+	stays(t, sup, "keeping the proxy for its restart (--restart-policy OnFailure)")
+	if code := p.app("app", nil, "exit 0").Exit(soon); code != 0 {
 		t.Fatalf("second run exit %d", code)
 	}
-	if code := sup.exit(soon); code != 0 {
+	if code := sup.Exit(soon); code != 0 {
 		t.Fatalf("supervisor exit %d, want 0", code)
 	}
 
 	bad := newPod(t).supervise([]string{"--restart-policy", "Never", "--on-peer-failure", "wait"})
-	if code := bad.exit(soon); code != 2 || !strings.Contains(bad.out.String(), "--on-peer-failure") {
-		t.Fatalf("conflicting restart policies: exit %d, want 2 naming --on-peer-failure:\n%s", code, bad.out.String())
+	if code := bad.Exit(soon); code != 2 || !strings.Contains(bad.Out.String(), "--on-peer-failure") {
+		t.Fatalf("conflicting restart policies: exit %d, want 2 naming --on-peer-failure:\n%s", code, bad.Out.String())
 	}
 }
 
@@ -101,24 +103,24 @@ func TestDeletionRaceExitsZero(t *testing.T) {
 			p := newPod(t)
 			sup := p.supervise(nil)
 			app := p.app("app", nil, "echo running; exec sleep 60")
-			app.waitLog("running", soon)
+			app.WaitLog("running", soon)
 
-			app.signal(syscall.SIGTERM)
+			app.Signal(syscall.SIGTERM)
 			time.Sleep(lag) // the kubelet's lag between the containers is the scenario
 			hook := p.prestop()
-			if code := hook.exit(soon); code != 0 {
-				t.Fatalf("prestop exit %d, want 0:\n%s", code, hook.out.String())
+			if code := hook.Exit(soon); code != 0 {
+				t.Fatalf("prestop exit %d, want 0:\n%s", code, hook.Out.String())
 			}
-			if code := app.exit(soon); code != 143 {
+			if code := app.Exit(soon); code != 143 {
 				t.Fatalf("app exit %d, want 143", code)
 			}
-			if sup.wait(0) {
-				if sup.code != 0 {
-					t.Fatalf("supervisor exit %d on the pod's deletion, want 0", sup.code)
+			if sup.Wait(0) {
+				if sup.Code() != 0 {
+					t.Fatalf("supervisor exit %d on the pod's deletion, want 0", sup.Code())
 				}
 				return
 			}
-			sup.deleted() // SIGTERM after the hook, as the kubelet sends it
+			deleted(t, sup) // SIGTERM after the hook, as the kubelet sends it
 		})
 	}
 }
@@ -129,20 +131,20 @@ func TestSIGTERMedAppWithoutDeletion(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise(nil)
 	app := p.app("app", nil, "echo running; exec sleep 60")
-	app.waitLog("running", soon)
-	app.signal(syscall.SIGTERM)
-	if code := app.exit(soon); code != 143 {
+	app.WaitLog("running", soon)
+	app.Signal(syscall.SIGTERM)
+	if code := app.Exit(soon); code != 143 {
 		t.Fatalf("app exit %d, want 143", code)
 	}
-	sup.waitLog("waiting for a pod deletion's preStop or SIGTERM", soon)
+	sup.WaitLog("waiting for a pod deletion's preStop or SIGTERM", soon)
 	waited := time.Now()
-	if code := sup.exit(soon); code != 143 {
+	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("supervisor exit %d, want the app's 143", code)
 	}
 	if d := time.Since(waited); d < time.Second || d > 5*time.Second {
 		t.Fatalf("decided %v after the wait began; want the 2 s deletion window", d)
 	}
-	if !strings.Contains(sup.out.String(), "no pod deletion followed") {
+	if !strings.Contains(sup.Out.String(), "no pod deletion followed") {
 		t.Fatal("the exit does not say no deletion followed")
 	}
 }
@@ -154,7 +156,7 @@ func TestSIGTERMedAppWithoutDeletion(t *testing.T) {
 func TestPrestopBeforeReady(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "30s", "--drain-timeout", "30s"}, "--init-delay", "1m")
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	start := time.Now()
 	code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir)
 	if code != 0 || !strings.Contains(out, "never ready") {
@@ -163,11 +165,11 @@ func TestPrestopBeforeReady(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("prestop took %v before ready; want at once", d)
 	}
-	if strings.Contains(sup.out.String(), "drain started") {
+	if strings.Contains(sup.Out.String(), "drain started") {
 		t.Fatal("a drain started although the proxy was never ready")
 	}
-	sup.signal(syscall.SIGTERM)
-	if code := sup.exit(soon); code != 143 {
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("supervisor exit %d, want 143 for SIGTERM before ready", code)
 	}
 }
@@ -187,18 +189,18 @@ func TestPrestopWithoutSupervisor(t *testing.T) {
 func TestGracePeriodBoundsTheDrain(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--grace-period", "12s", "--drain-min", "0s"})
-	sup.waitLog("drain bound derived from the grace period", soon)
+	sup.WaitLog("drain bound derived from the grace period", soon)
 	p.waitHTTP(readyURL, 200, soon)
 	p.listen("tcp", "127.0.0.1:8080") // never closed
 	start := time.Now()
 	hook := p.prestop()
-	if code := hook.exit(soon); code != 0 {
-		t.Fatalf("prestop exit %d:\n%s", code, hook.out.String())
+	if code := hook.Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
 	if d := time.Since(start); d < 1500*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("prestop returned after %v; want the derived 2 s bound", d)
 	}
-	sup.deleted()
+	deleted(t, sup)
 }
 
 // A 120 s grace period drains up to 110 s; one too short for any drain is
@@ -206,12 +208,12 @@ func TestGracePeriodBoundsTheDrain(t *testing.T) {
 func TestGracePeriodDerivation(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--grace-period", "120s"})
-	sup.waitLog("drain_timeout=1m50s", soon)
+	sup.WaitLog("drain_timeout=1m50s", soon)
 	p.waitHTTP(readyURL, 200, soon)
-	sup.deleted()
+	deleted(t, sup)
 
 	short := newPod(t).supervise([]string{"--grace-period", "10s"})
-	if code := short.exit(soon); code != 2 || !strings.Contains(short.out.String(), "--grace-period") {
-		t.Fatalf("--grace-period 10s: exit %d, want 2 naming the flag:\n%s", code, short.out.String())
+	if code := short.Exit(soon); code != 2 || !strings.Contains(short.Out.String(), "--grace-period") {
+		t.Fatalf("--grace-period 10s: exit %d, want 2 naming the flag:\n%s", code, short.Out.String())
 	}
 }

@@ -54,14 +54,14 @@ func TestWaitReturnsWhenReady(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w.wait(0) {
-		t.Fatalf("wait gave up at once (%d):\n%s", w.code, w.out.String())
+	if w.Wait(0) {
+		t.Fatalf("wait gave up at once (%d):\n%s", w.Code(), w.Out.String())
 	}
 	sup := p.supervise(nil, "--init-delay", "1s")
-	sup.waitLog("proxy ready", soon)
+	sup.WaitLog("proxy ready", soon)
 	ready := time.Now()
-	if code := w.exit(soon); code != 0 {
-		t.Fatalf("wait exit %d:\n%s", code, w.out.String())
+	if code := w.Exit(soon); code != 0 {
+		t.Fatalf("wait exit %d:\n%s", code, w.Out.String())
 	}
 	if d := time.Since(ready); d > 2*time.Second {
 		t.Fatalf("wait returned %v after readiness", d)
@@ -73,7 +73,7 @@ func TestWaitFailsAtTimeout(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
 	sup := p.supervise(nil, "--stay-initializing")
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	start := time.Now()
 	code, out := p.client(soon, nil, "wait", "--control-dir", p.dir, "--timeout", "1s")
 	if code == 0 {
@@ -96,8 +96,8 @@ func TestWaitURL(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("wait --url exit %d: %s", code, out)
 	}
-	sup.signal(syscall.SIGTERM)
-	sup.exit(soon)
+	sup.Signal(syscall.SIGTERM)
+	sup.Exit(soon)
 	code, out = p.client(soon, nil, "wait", "--url", "http://127.0.0.1:15022/healthz/ready", "--timeout", "500ms")
 	if code == 0 || !strings.Contains(out, "connection refused") {
 		t.Fatalf("wait --url with nothing listening: exit %d, %q", code, out)
@@ -110,7 +110,7 @@ func TestReadinessFollowsEnvoy(t *testing.T) {
 	p := newPod(t)
 	ctl := p.dir + "/envoy.sock"
 	sup := p.supervise([]string{"--log-format", "json", "--drain-min", "0s"}, "--init-delay", "500ms", "--control", ctl)
-	sup.waitLog("proxy started", soon)
+	sup.WaitLog("proxy started", soon)
 	p.waitHTTP(readyURL, 503, soon) // up, and not ready before Envoy is LIVE
 	p.waitHTTP(readyURL, 200, soon)
 	fixture(t, ctl, "silent on")
@@ -120,9 +120,9 @@ func TestReadinessFollowsEnvoy(t *testing.T) {
 	}
 	fixture(t, ctl, "silent off")
 	p.waitHTTP(readyURL, 200, soon)
-	sup.signal(syscall.SIGTERM)
-	sup.exit(soon)
-	for _, line := range strings.Split(strings.TrimSpace(sup.out.String()), "\n") {
+	sup.Signal(syscall.SIGTERM)
+	sup.Exit(soon)
+	for _, line := range strings.Split(strings.TrimSpace(sup.Out.String()), "\n") {
 		if strings.HasPrefix(line, "{") {
 			var v map[string]any
 			if err := json.Unmarshal([]byte(line), &v); err != nil {
@@ -130,7 +130,7 @@ func TestReadinessFollowsEnvoy(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(sup.out.String(), `"msg":"proxy ready"`) {
+	if !strings.Contains(sup.Out.String(), `"msg":"proxy ready"`) {
 		t.Fatal("no JSON lifecycle line")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // jobFrom is a deploy/envoy-sidecar Job named name, its pod adapted to the
@@ -63,7 +65,7 @@ func jobCondition(job *batchv1.Job, typ batchv1.JobConditionType) *batchv1.JobCo
 func (c *cluster) waitJob(t *testing.T, name string, timeout time.Duration, want batchv1.JobConditionType) (*batchv1.Job, time.Time) {
 	t.Helper()
 	var job *batchv1.Job
-	err := poll(timeout, func() (err error) {
+	err := proctest.Poll(timeout, func() (err error) {
 		job, err = c.client.BatchV1().Jobs("default").Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err

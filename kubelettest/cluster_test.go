@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 const (
@@ -54,7 +56,7 @@ func (n *node) startAPIServer(cp controlPlane) error {
 		return fmt.Errorf("the cluster DNS address: %v: %s", err, out)
 	}
 	var err error
-	if c.dns, err = n.listenPacket("udp", clusterDNS+":53"); err != nil {
+	if c.dns, err = n.netns().ListenPacket("udp", clusterDNS+":53"); err != nil {
 		return fmt.Errorf("the cluster DNS responder: %w", err)
 	}
 	go serveNXDOMAIN(c.dns)
@@ -85,7 +87,7 @@ func (n *node) startAPIServer(cp controlPlane) error {
 		TLSClientConfig: rest.TLSClientConfig{
 			CAFile: p("ca.crt"), CertFile: p("admin.crt"), KeyFile: p("admin.key"),
 		},
-		Dial:    n.dial,
+		Dial:    n.netns().Dial,
 		QPS:     50,
 		Burst:   100,
 		Timeout: 30 * time.Second,
@@ -93,7 +95,7 @@ func (n *node) startAPIServer(cp controlPlane) error {
 	if c.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if err := poll(120*time.Second, func() error {
+	if err := proctest.Poll(120*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -134,7 +136,7 @@ func (n *node) startControllers(cp controlPlane) error {
 		return err
 	}
 	ctx := context.Background()
-	if err := poll(120*time.Second, func() error {
+	if err := proctest.Poll(120*time.Second, func() error {
 		node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -150,7 +152,7 @@ func (n *node) startControllers(cp controlPlane) error {
 	}); err != nil {
 		return err
 	}
-	return poll(60*time.Second, func() error {
+	return proctest.Poll(60*time.Second, func() error {
 		_, err := c.client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})

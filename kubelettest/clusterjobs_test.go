@@ -11,6 +11,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // clusterJobTimeout bounds a Job through the API from its creation to its
@@ -169,7 +171,7 @@ func TestClusterJobDeleted(t *testing.T) {
 			ctx := context.Background()
 			c.createJob(t, jobFrom(t, tc.manifest, tc.name, "/podapp", "sleep", "1h"))
 			var pod *corev1.Pod
-			if err := poll(jobTimeout, func() error {
+			if err := proctest.Poll(jobTimeout, func() error {
 				pods := c.jobPods(t, tc.name)
 				if len(pods) == 1 {
 					if s := status(&pods[0], "job"); s != nil && s.State.Running != nil {
@@ -277,7 +279,7 @@ func TestClusterCronJob(t *testing.T) {
 	// deleted by the history limit once the second has succeeded.
 	seen := map[string]batchv1.Job{}
 	var last []batchv1.Job
-	err := poll(4*time.Minute, func() error {
+	err := proctest.Poll(4*time.Minute, func() error {
 		list, err := c.client.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

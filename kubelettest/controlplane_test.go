@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // controlPlane is the built control plane of the cluster mode: etcd,
@@ -52,7 +54,7 @@ func buildControlPlane() controlPlane {
 		if err := os.MkdirAll(tmp, 0o755); err != nil {
 			return controlPlane{missing: err.Error()}
 		}
-		if err := goBuild("controlplane", tmp+"/", args...); err != nil {
+		if err := proctest.GoBuild("controlplane", tmp+"/", args...); err != nil {
 			return controlPlane{missing: "the control plane did not build: " + lastLine(err.Error())}
 		}
 		for _, c := range todo {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // criStatus is the status containerd's CRI plugin keeps of a container, in
@@ -58,7 +60,7 @@ func (n *node) criStatus(id string) (criStatus, error) {
 func (n *node) waitExits(t *testing.T, ids map[string]string, timeout time.Duration) map[string]criStatus {
 	t.Helper()
 	got := map[string]criStatus{}
-	err := poll(timeout, func() error {
+	err := proctest.Poll(timeout, func() error {
 		for name, id := range ids {
 			s, err := n.criStatus(id)
 			if err != nil {

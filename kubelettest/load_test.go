@@ -44,7 +44,7 @@ func newLoad(c *cluster, service string, port int32, rate time.Duration, path fu
 		return &http.Client{
 			Timeout: 20 * time.Second,
 			Transport: &http.Transport{
-				DialContext:         theNode.dial,
+				DialContext:         theNode.netns().Dial,
 				DisableKeepAlives:   !keepAlive,
 				MaxIdleConnsPerHost: 4,
 			},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // kubeletVersion is the kubelet the suite builds (kubelet/go.mod pins it).
@@ -142,7 +145,7 @@ func buildKubelet() (string, error) {
 	}
 	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", kubeletVersion, bin)
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid()) // concurrent runs each build their own
-	if err := goBuild("kubelet", tmp, "-tags", "tools", "k8s.io/kubernetes/cmd/kubelet"); err != nil {
+	if err := proctest.GoBuild("kubelet", tmp, "-tags", "tools", "k8s.io/kubernetes/cmd/kubelet"); err != nil {
 		return "", err
 	}
 	return bin, os.Rename(tmp, bin)
@@ -158,14 +161,13 @@ func buildImages(agent pilotAgent) ([]string, error) {
 		return nil, err
 	}
 	bin := func(name string) string { return filepath.Join(dir, name) }
-	builds := []struct{ dir, out, pkg string }{
-		{"..", bin("proxy-supervisor"), "./cmd/proxy-supervisor"},
-		{"..", bin("fake-envoy"), "./cmd/fake-envoy"},
-		{".", bin("podapp"), "./cmd/podapp"},
-		{".", bin("pause"), "./cmd/pause"},
+	for _, pkg := range []string{proctest.Supervisor, proctest.FakeEnvoy} {
+		if err := proctest.Static(pkg, bin(path.Base(pkg))); err != nil {
+			return nil, err
+		}
 	}
-	for _, b := range builds {
-		if err := goBuild(b.dir, b.out, b.pkg); err != nil {
+	for _, name := range []string{"podapp", "pause"} {
+		if err := proctest.GoBuild(".", bin(name), "./cmd/"+name); err != nil {
 			return nil, err
 		}
 	}
@@ -214,15 +216,4 @@ type image struct {
 	name  string
 	files []imageFile
 	entry []string
-}
-
-func goBuild(dir, out string, args ...string) error {
-	args = append([]string{"build", "-trimpath", "-o", out}, args...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
-	}
-	return nil
 }

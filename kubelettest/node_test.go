@@ -7,12 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 const (
@@ -98,7 +98,7 @@ func startNode(kubelet string, images []string, cp controlPlane) (n *node, err e
 	n.client = &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
-			DialContext:     n.dial,
+			DialContext:     n.netns().Dial,
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the kubelet's self-signed serving cert
 		},
 	}
@@ -106,7 +106,7 @@ func startNode(kubelet string, images []string, cp controlPlane) (n *node, err e
 	if err != nil {
 		return n, err
 	}
-	if err := poll(30*time.Second, func() error { _, err := n.ctr("version"); return err }); err != nil {
+	if err := proctest.Poll(30*time.Second, func() error { _, err := n.ctr("version"); return err }); err != nil {
 		return n, fmt.Errorf("containerd does not answer: %w", err)
 	}
 	for _, img := range images {
@@ -125,7 +125,7 @@ func startNode(kubelet string, images []string, cp controlPlane) (n *node, err e
 	if err != nil {
 		return n, err
 	}
-	if err := poll(60*time.Second, func() error { _, err := n.pods(); return err }); err != nil {
+	if err := proctest.Poll(60*time.Second, func() error { _, err := n.pods(); return err }); err != nil {
 		return n, fmt.Errorf("the kubelet's API does not answer: %w", err)
 	}
 	if n.cluster != nil {
@@ -340,8 +340,8 @@ func (n *node) daemon(name string, argv ...string) (*exec.Cmd, error) {
 
 // nsenter is argv run in the node's namespaces.
 func (n *node) nsenter(ctx context.Context, argv ...string) *exec.Cmd {
-	args := append([]string{"-t", strconv.Itoa(n.holder.Process.Pid), "-m", "-n", "--"}, argv...)
-	return exec.CommandContext(ctx, "nsenter", args...)
+	args := proctest.Nsenter(n.holder.Process.Pid, []string{"mount", "net"}, argv...)
+	return exec.CommandContext(ctx, args[0], args[1:]...)
 }
 
 // ctr runs ctr against the node's containerd, in the k8s.io namespace.
@@ -352,60 +352,8 @@ func (n *node) ctr(args ...string) (string, error) {
 	return string(out), err
 }
 
-// dial connects from inside the node's network namespace.
-func (n *node) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := n.inNetns(func() (err error) {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
-// listenPacket listens inside the node's network namespace.
-func (n *node) listenPacket(network, addr string) (net.PacketConn, error) {
-	var c net.PacketConn
-	err := n.inNetns(func() (err error) {
-		c, err = net.ListenPacket(network, addr)
-		return err
-	})
-	return c, err
-}
-
-// inNetns calls f on a thread that has entered the node's network
-// namespace: the sockets it makes are the namespace's.
-func (n *node) inNetns(f func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer self.Close()
-		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", n.holder.Process.Pid))
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("setns: %w", err)
-			runtime.UnlockOSThread()
-			return
-		}
-		err = f()
-		// A thread left in the node's namespace must not serve other
-		// goroutines: it stays locked and ends with this one.
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
-}
+// netns is the node's network namespace.
+func (n *node) netns() proctest.Netns { return proctest.NetnsOf(n.holder.Process.Pid) }
 
 // pods is the kubelet's own view of its pods.
 func (n *node) pods() ([]corev1.Pod, error) {
@@ -466,7 +414,7 @@ func (n *node) removeAllPods() {
 	for _, e := range entries {
 		os.Remove(filepath.Join(n.manifests(), e.Name()))
 	}
-	poll(60*time.Second, func() error { //nolint:errcheck // the kill sweep follows
+	proctest.Poll(60*time.Second, func() error { //nolint:errcheck // the kill sweep follows
 		out, err := n.ctr("tasks", "ls")
 		if err != nil {
 			return nil
@@ -529,7 +477,7 @@ func (n *node) removeCgroups() error {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			err := poll(5*time.Second, func() error {
+			err := proctest.Poll(5*time.Second, func() error {
 				if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
 					return err
 				}
@@ -549,11 +497,11 @@ func stopProcess(cmd *exec.Cmd, grace time.Duration) error {
 		return nil
 	}
 	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // may be gone
-	if poll(grace, func() error { return alive(cmd.Process.Pid) }) == nil {
+	if proctest.Poll(grace, func() error { return alive(cmd.Process.Pid) }) == nil {
 		return nil
 	}
 	cmd.Process.Kill() //nolint:errcheck
-	return poll(grace, func() error { return alive(cmd.Process.Pid) })
+	return proctest.Poll(grace, func() error { return alive(cmd.Process.Pid) })
 }
 
 // alive is nil once pid is gone (or a zombie of ours not yet reaped).
@@ -586,17 +534,4 @@ func (n *node) logTails() error {
 		return nil
 	}
 	return errors.New(b.String())
-}
-
-// poll calls f every 100ms until it returns nil or timeout passes, and
-// returns its last error then.
-func poll(timeout time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

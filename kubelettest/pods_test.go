@@ -13,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // fakeEnvoy replaces the manifests' `envoy -c /etc/envoy/envoy.yaml`: the
@@ -40,34 +44,59 @@ func podFrom(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 // istio-proxy (image auto) becomes the real pilot-agent (istioProxy).
 func fromDeploy(t *testing.T, manifest, name string, app ...string) *corev1.Pod {
 	t.Helper()
-	var obj struct {
-		Spec struct {
-			Template corev1.PodTemplateSpec `json:"template"`
-		} `json:"spec"`
-	}
 	// Jobs and Deployments alike: the pod is spec.template.
-	readDeploy(t, manifest, &obj)
+	var tmpl corev1.PodTemplateSpec
+	switch kind := deployKind(t, manifest); kind {
+	case "Job":
+		var job batchv1.Job
+		readDeploy(t, manifest, &job)
+		tmpl = job.Spec.Template
+	case "Deployment":
+		var d appsv1.Deployment
+		readDeploy(t, manifest, &d)
+		tmpl = d.Spec.Template
+	default:
+		t.Fatalf("%s: a %s, not a Job or Deployment", manifest, kind)
+	}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: obj.Spec.Template.ObjectMeta,
-		Spec:       obj.Spec.Template.Spec,
+		ObjectMeta: tmpl.ObjectMeta,
+		Spec:       tmpl.Spec,
 	}
 	pod.Name, pod.Namespace = name, "default"
 	adaptPod(t, pod, app...)
 	return pod
 }
 
-// readDeploy reads the first object of a manifest under deploy/ into obj.
+// readDeploy reads the first object of a manifest under deploy/ into obj,
+// strictly as deploytest reads them all: a field obj's type does not have
+// is an error, not a setting the pod silently goes without.
 func readDeploy(t *testing.T, manifest string, obj any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(firstDoc(t, manifest), obj); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+}
+
+// deployKind is the kind of the first object of a manifest under deploy/,
+// which says the type readDeploy reads it into.
+func deployKind(t *testing.T, manifest string) string {
+	t.Helper()
+	var meta metav1.TypeMeta
+	if err := yaml.Unmarshal(firstDoc(t, manifest), &meta); err != nil {
+		t.Fatalf("%s: %v", manifest, err)
+	}
+	return meta.Kind
+}
+
+func firstDoc(t *testing.T, manifest string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "deploy", manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc, _, _ := strings.Cut(string(data), "\n---\n")
-	if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
-		t.Fatalf("%s: %v", manifest, err)
-	}
+	return []byte(doc)
 }
 
 // adaptPod adapts a deploy/ form's pod to the node (see fromDeploy).
@@ -178,7 +207,7 @@ func (n *node) pod(name string) (*corev1.Pod, error) {
 func (n *node) waitPod(t *testing.T, name string, timeout time.Duration, what string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
-	err := poll(timeout, func() error {
+	err := proctest.Poll(timeout, func() error {
 		p, err := n.pod(name)
 		if err != nil {
 			return err

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // proxyForm is how a rollout's pods run their proxy.
@@ -246,7 +248,7 @@ func TestClusterRollout(t *testing.T) {
 				c.client.AppsV1().Deployments("default").Delete(ctx, tc.name, metav1.DeleteOptions{}) //nolint:errcheck
 				c.client.CoreV1().Services("default").Delete(ctx, tc.name, metav1.DeleteOptions{})    //nolint:errcheck
 			})
-			if err := poll(3*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
+			if err := proctest.Poll(3*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
 				t.Fatalf("not available after 3m: %v", err)
 			}
 			path := func(i int) string {
@@ -259,7 +261,7 @@ func TestClusterRollout(t *testing.T) {
 			wctx, stopWatch := context.WithCancel(ctx)
 			defer stopWatch()
 			go l.watch(wctx)
-			if err := poll(time.Minute, func() error {
+			if err := proctest.Poll(time.Minute, func() error {
 				if n := len(l.ready()); n != 3 {
 					return fmt.Errorf("%d ready endpoints", n)
 				}
@@ -271,7 +273,7 @@ func TestClusterRollout(t *testing.T) {
 			loaded := make(chan struct{})
 			go func() { l.run(lctx); close(loaded) }()
 			// Under way: some requests answered before the first roll.
-			if err := poll(30*time.Second, func() error {
+			if err := proctest.Poll(30*time.Second, func() error {
 				if _, ok, _ := l.counts(); ok < 40 {
 					return errNotYet
 				}
@@ -285,7 +287,7 @@ func TestClusterRollout(t *testing.T) {
 				if err := c.roll(ctx, tc.name, roll); err != nil {
 					t.Fatal(err)
 				}
-				if err := poll(5*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
+				if err := proctest.Poll(5*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
 					stopLoad()
 					t.Fatalf("roll %d not done after 5m: %v", roll, err)
 				}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
 )
 
 // config is the command line: Envoy's own options, parsed the way Envoy parses them,

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {

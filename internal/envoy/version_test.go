@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
 )
 
 func TestServerVersion(t *testing.T) {

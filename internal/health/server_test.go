@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/flood"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/flood"
 )
 
 var discard = slog.New(slog.DiscardHandler)

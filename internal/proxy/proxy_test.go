@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // run starts cfg.Command under a reaper of its own, both stopped when the

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The test binary doubles as the orphan factory: in this mode it starts n

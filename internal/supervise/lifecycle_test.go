@@ -14,8 +14,8 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proxy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // notEnded is how long a Run that must go on is watched. A completion

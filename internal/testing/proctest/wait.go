@@ -12,6 +12,20 @@ import (
 // The first polls come fast, so that a test is not slower than the state it
 // waits for; later ones back off to spare the CPU.
 func Until(d time.Duration, cond func() bool) bool {
+	return until(d, 20*time.Millisecond, cond)
+}
+
+// Poll calls f until it returns nil or d passes, and returns its last
+// error: for a check that fails with its reason, such as a request to a
+// server. Its polls back off further than Until's, to 100ms, since each may
+// cost the server under test a request.
+func Poll(d time.Duration, f func() error) error {
+	var err error
+	until(d, 100*time.Millisecond, func() bool { err = f(); return err == nil })
+	return err
+}
+
+func until(d, most time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	every := time.Millisecond
 	for !cond() {
@@ -19,7 +33,7 @@ func Until(d time.Duration, cond func() bool) bool {
 			return cond()
 		}
 		time.Sleep(min(every, time.Until(deadline)+time.Millisecond))
-		every = min(2*every, 20*time.Millisecond)
+		every = min(2*every, most)
 	}
 	return true
 }

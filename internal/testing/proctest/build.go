@@ -122,44 +122,86 @@ func build(pkgs []string) error {
 	// result would be reused after a change to a binary. Touching them
 	// from here records them.
 	touchSources(root)
-	args := []string{"build", "-trimpath"}
-	env := append(os.Environ(), "CGO_ENABLED=0")
+	var flags []string
 	if Race {
-		// The race runtime needs cgo.
-		args = append(args, "-race")
-		env = append(env, "CGO_ENABLED=1")
+		flags = []string{"-race"}
 	}
 	for _, pkg := range pkgs {
 		// One directory for all, named as the packages are: tests find
 		// one binary beside another.
 		out := filepath.Join(builds.dir, path.Base(pkg))
-		cmd := exec.Command("go", append(args, "-o", out, "./"+pkg)...)
-		cmd.Dir, cmd.Env = root, env
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("proctest: go build %s: %v\n%s", pkg, err, b)
+		if err := goBuild(root, out, Race, append(flags, "./"+pkg)...); err != nil {
+			return err
 		}
 		builds.bins[pkg] = out
 	}
 	return nil
 }
 
-// moduleRoot is the nearest directory above the working directory (the
-// test's package) that holds go.mod.
+// Static builds the main module's package pkg (for example Supervisor) into
+// out as the release does, static and without the race detector whatever
+// the test binary runs under: for a binary that goes into an image.
+func Static(pkg, out string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	touchSources(root)
+	return goBuild(root, out, false, "./"+pkg)
+}
+
+// GoBuild runs go build -o out with args in dir, static: for a test module
+// that builds its own commands, or others' (a kubelet).
+func GoBuild(dir, out string, args ...string) error {
+	return goBuild(dir, out, false, args...)
+}
+
+func goBuild(dir, out string, race bool, args ...string) error {
+	args = append([]string{"build", "-trimpath", "-o", out}, args...)
+	env := append(os.Environ(), "CGO_ENABLED=0")
+	if race {
+		// The race runtime needs cgo.
+		env = append(env, "CGO_ENABLED=1")
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir, cmd.Env = dir, env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("proctest: go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// mainModule is the module whose binaries Build makes.
+const mainModule = "github.com/proxy-supervisor/proxy-supervisor"
+
+// moduleRoot is the directory of the main module: the nearest one above
+// the working directory (the test's package) whose go.mod declares it, so
+// that a test module nested in the repository builds the same binaries.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("proctest: %w", err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(string(b)) == mainModule {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("proctest: no go.mod above the working directory")
+			return "", fmt.Errorf("proctest: no go.mod of %s above the working directory", mainModule)
 		}
 		dir = parent
 	}
+}
+
+// modulePath is the path a go.mod's module directive declares.
+func modulePath(gomod string) string {
+	for line := range strings.Lines(gomod) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(p), `"`)
+		}
+	}
+	return ""
 }
 
 func touchSources(root string) {
