@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // TestDemo runs README's first command's script, scripts/demo.sh, in a
@@ -29,13 +31,13 @@ func TestDemo(t *testing.T) {
 	}
 	cmd := exec.Command("unshare", "--net", "sh", "-c", `ip link set lo up && exec bash "$0"`, script)
 	cmd.Env = append(os.Environ(), "BIN="+dir)
-	cmd.WaitDelay = time.Second
-	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
-	out, err := cmd.CombinedOutput()
-	text := string(out)
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, text)
+	// In a process group of its own, which the test's cleanup kills: the
+	// demo's supervisors and fake Envoys with it, whatever the script did.
+	demo := proctest.Start(t, "demo", cmd)
+	code := demo.Exit(60 * time.Second)
+	text := demo.Out.String()
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, text)
 	}
 	for _, want := range []string{
 		"[pod] proxy container exited 0; the Job's pod completes\n",
@@ -48,6 +50,11 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("the demo's output lacks %q", want)
 		}
+	}
+	// The preStop hook must have waited for the app's port, not ended on
+	// --drain-min before the app was told to stop.
+	if sig, ret := strings.Index(text, "[app] SIGTERM from the kubelet"), strings.Index(text, "[hook] preStop returned"); sig < 0 || ret < sig {
+		t.Errorf("the preStop hook returned before the app's SIGTERM (at %d and %d)", ret, sig)
 	}
 	if strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR") {
 		t.Errorf("the supervisor warned during the demo: a newcomer reads that as a fault")

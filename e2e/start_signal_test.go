@@ -73,9 +73,12 @@ func TestSigtermDuringStartExits143(t *testing.T) {
 				flags = append(flags, "--peers", "1000")
 			}
 			sup := p.supervise(flags, "--stay-initializing")
-			for !st.after(p, sup) {
+			for deadline := time.Now().Add(soon); !st.after(p, sup); {
 				if sup.Wait(0) {
 					t.Fatalf("supervisor exited %d before the step:\n%s", sup.Code(), sup.Out.String())
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the step %s not reached within %v:\n%s", st.name, soon, sup.Out.String())
 				}
 				time.Sleep(50 * time.Microsecond) // the steps are microseconds apart
 			}

@@ -270,6 +270,7 @@ func TestClusterRollout(t *testing.T) {
 				t.Fatalf("the Service's endpoints: %v", err)
 			}
 			lctx, stopLoad := context.WithCancel(ctx)
+			defer stopLoad() // a Fatal below must not leave the load running
 			loaded := make(chan struct{})
 			go func() { l.run(lctx); close(loaded) }()
 			// Under way: some requests answered before the first roll.
