@@ -21,7 +21,7 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		st, changed := s.tracker.Status()
 		// DRAINING during our drain is our own /healthcheck/fail
 		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
-		if st.Ready || st.Reason == "DRAINING" && s.life.view().draining {
+		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
 			return true, ""
 		}
 		select {
@@ -74,8 +74,8 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	case <-ctx.Done():
 		// The server ends the request's ctx when the supervisor stops (the
 		// proxy exited mid-drain): that is no drain going on.
-		if v := s.life.view(); v.phase == Stopping || v.phase == Exited {
-			return false, Stopped + ": " + v.why
+		if p, why := s.life.current(); p == Stopping || p == Exited {
+			return false, Stopped + ": " + why
 		}
 		return false, StillDraining
 	}
@@ -94,11 +94,11 @@ const (
 // stopping, since a pod on its way out must leave the endpoints.
 func (s *Supervisor) healthReady() (bool, string) {
 	st, _ := s.tracker.Status()
-	v := s.life.view()
+	p, why := s.life.current()
 	switch {
-	case v.phase == Stopping || v.phase == Exited:
-		return false, v.phase.String() + ": " + v.why
-	case v.phase == Draining:
+	case p == Stopping || p == Exited:
+		return false, p.String() + ": " + why
+	case p == Draining:
 		return false, "draining"
 	case !st.Ready:
 		return false, st.Reason
@@ -112,7 +112,7 @@ func (s *Supervisor) healthReady() (bool, string) {
 // business), draining or stopping (a restart then would cut the drain
 // short, and the stop is bounded anyway).
 func (s *Supervisor) healthLive() (bool, string) {
-	if s.life.view().phase != Ready {
+	if p, _ := s.life.current(); p != Ready {
 		return true, ""
 	}
 	hung, why := s.hung()

@@ -392,7 +392,7 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
-		if s.life.view().phase < Stopping {
+		if p, _ := s.life.current(); p < Stopping {
 			s.log.Warn("proxy not ready", "reason", now.Reason)
 		} else {
 			s.log.Info("proxy no longer ready", "reason", now.Reason)

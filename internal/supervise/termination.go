@@ -61,7 +61,7 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 	}
 	// A drain under way (a pod deletion) is not cut short: another peer may
 	// still be finishing through the proxy. Its end stops the proxy.
-	if s.life.view().draining && s.drain(why, true) != nil {
+	if s.life.draining() && s.drain(why, true) != nil {
 		return
 	}
 	s.stop(why)
