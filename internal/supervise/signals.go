@@ -107,7 +107,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		s.life.record(Event{Kind: Signal, Signal: sig})
 		s.life.move(Stopping, "SIGQUIT")
 		s.log.Warn("killing the proxy's group at once", "reason", name, "pgid", s.proc.Pid())
-		s.proc.Kill(name)
+		s.proc.Kill()
 		s.book.Unwatch()
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its

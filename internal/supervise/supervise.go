@@ -358,7 +358,7 @@ func (s *Supervisor) stop(why string) {
 		return
 	}
 	s.log.Info("stop requested", "reason", why)
-	s.proc.Stop(why)
+	s.proc.Stop()
 	s.book.Unwatch()
 }
 
