@@ -39,11 +39,10 @@ type TrackerConfig struct {
 	// a main thread busy with a large xDS push is slow, not hung.
 	Silence time.Duration
 	// OnChange, if set, is told of every change, with the status before
-	// it and whether this is the first time the proxy is ready. It is
-	// called in order, before anyone waiting on the change is woken, so
+	// it. It is called in order, before anyone waiting on the change is woken, so
 	// that what it updates is current for them; it must not call the
 	// Tracker.
-	OnChange func(old, now Status, first bool)
+	OnChange func(old, now Status)
 }
 
 // Status is what the tracker last saw.
@@ -69,7 +68,6 @@ type Tracker struct {
 	status  Status
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
-	ever    bool          // it has been ready once
 	heard   time.Time     // the admin API's last answer, whatever it said
 }
 
@@ -99,15 +97,6 @@ func (t *Tracker) Status() (Status, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.status, t.changed
-}
-
-// EverReady reports whether the proxy has been ready at least once. It is
-// set together with the first ready status, so nobody sees one without the
-// other.
-func (t *Tracker) EverReady() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ever
 }
 
 // LastAnswer is when the admin API last answered a poll, with any status;
@@ -145,11 +134,10 @@ func (t *Tracker) update(s Status) {
 	if s == t.status {
 		return
 	}
-	old, first := t.status, s.Ready && !t.ever
-	t.ever = t.ever || s.Ready
+	old := t.status
 	t.status = s
 	if t.cfg.OnChange != nil {
-		t.cfg.OnChange(old, s, first)
+		t.cfg.OnChange(old, s)
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})

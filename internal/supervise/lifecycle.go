@@ -127,13 +127,24 @@ func (l *lifecycle) record(e Event) {
 	}
 }
 
-// noteReady records when the proxy was first ready.
-func (l *lifecycle) noteReady(at time.Time) {
+// noteReady records when the proxy was first ready, and reports whether
+// this was the first time.
+func (l *lifecycle) noteReady(at time.Time) (first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.readyAt.IsZero() {
-		l.readyAt = at
+	if !l.readyAt.IsZero() {
+		return false
 	}
+	l.readyAt = at
+	return true
+}
+
+// everReady reports whether the proxy has been ready: the one answer to
+// that, which the exit code of a SIGTERM or a preStop depends on.
+func (l *lifecycle) everReady() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.readyAt.IsZero()
 }
 
 // exitCode is the code the events so far fix, and the event that fixed it.

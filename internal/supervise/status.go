@@ -53,7 +53,7 @@ func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	ready := s.tracker.EverReady()
+	ready := s.life.everReady()
 	s.life.record(Event{Kind: PreStop, EverReady: ready})
 	if !ready {
 		s.log.Info("preStop before the proxy was ever ready: nothing to drain")

@@ -340,7 +340,7 @@ const envoyProbeMax = 50 * time.Millisecond
 // tracker has usually not seen the admin port refuse: a port that refuses
 // now says Envoy died first, and the exit is logged as its death.
 func (s *Supervisor) checkEnvoyAtExit() {
-	if s.tracker.EverReady() {
+	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
 		if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
@@ -367,7 +367,10 @@ func (s *Supervisor) stop(why string) {
 // of readiness. The tracker calls it before it wakes anyone waiting for
 // readiness, so that a SIGTERM or a status request that follows /v1/ready
 // finds the lifecycle in Ready.
-func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
+func (s *Supervisor) readinessChanged(old, now envoy.Status) {
+	// Noted first: a client that the mark below answers at once may send
+	// its preStop at once, and that must find the proxy has been ready.
+	first := now.Ready && s.life.noteReady(time.Now())
 	// The socket's mark says what /v1/ready would answer at once: only
 	// Ready, not the DRAINING of our own drain that WaitReady also takes,
 	// since a mark that is missing only costs a client its request.
@@ -383,7 +386,6 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
-		s.life.noteReady(time.Now())
 		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
 		// Refused, and logged, when a drain or a stop came first.
 		s.life.move(Ready, "admin API says "+now.Reason)
