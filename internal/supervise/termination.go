@@ -121,7 +121,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		Timeout:         s.cfg.DrainTimeout,
 		Call:            s.chosenDrainCall(),
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
-		Running:         s.peersRunning,
+		Running:         s.book.Running,
 		Tick:            s.cfg.Intervals.DrainTick,
 		StatsEvery:      s.cfg.Intervals.DrainStats,
 		Progress:        s.cfg.Intervals.DrainProgress,
@@ -151,18 +151,6 @@ func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
 	cfg.Recheck = true
 	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
 	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
-}
-
-// peersRunning counts the peers that still run under exec.
-func (s *Supervisor) peersRunning() int {
-	ps, _ := s.book.Peers()
-	n := 0
-	for _, p := range ps {
-		if p.Running {
-			n++
-		}
-	}
-	return n
 }
 
 // learnDrainCall reads Envoy's release once it is ready and chooses the
