@@ -7,6 +7,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 )
 
 // The control socket's backend (control.Backend) and the health server's
@@ -57,38 +58,42 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	s.life.record(Event{Kind: PreStop, EverReady: ready})
 	if !ready {
 		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
-		return true, NeverReady
+		return true, control.NeverReady
 	}
 	run := s.drain("preStop", false)
 	if run == nil {
-		return true, AlreadyStopping
+		return true, control.AlreadyStopping
 	}
 	if s.cfg.Policy.Native {
 		// The kubelet holds a native sidecar's SIGTERM until the app has
 		// exited: waiting here too would only put it off (see native.go).
-		return true, NativeSidecar
+		return true, control.NativeSidecar
 	}
 	select {
 	case <-run.done:
-		return run.result.OK(), string(run.result.End)
+		return run.result.OK(), drainWord(run.result.End)
 	case <-ctx.Done():
 		// The server ends the request's ctx when the supervisor stops (the
 		// proxy exited mid-drain): that is no drain going on.
 		if p, why := s.life.current(); p == Stopping || p == Exited {
-			return false, Stopped + ": " + why
+			return false, control.Stopped + ": " + why
 		}
-		return false, StillDraining
+		return false, control.StillDraining
 	}
 }
 
-// What Drain answers besides the drain's own end (drain.End).
-const (
-	NeverReady      = "never-ready"      // the proxy was never ready: nothing to drain
-	AlreadyStopping = "already-stopping" // the proxy is stopping or gone
-	StillDraining   = "still-draining"   // the request's wait ended first
-	Stopped         = "stopped"          // the supervisor stopped before the drain ended; ": why" follows
-	NativeSidecar   = "native-sidecar"   // the drain started; the kubelet's SIGTERM, once the app has exited, stops the proxy
-)
+// drainWord is the wire word (control's) for how a drain ended.
+func drainWord(e drain.End) string {
+	switch e {
+	case drain.Drained:
+		return control.Drained
+	case drain.TimedOut:
+		return control.DrainTimedOut
+	case drain.PeersCompleted:
+		return control.PeersCompleted
+	}
+	return string(e)
+}
 
 // healthReady is what /healthz/ready answers: ready, and not draining or
 // stopping, since a pod on its way out must leave the endpoints.
