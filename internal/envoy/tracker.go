@@ -38,11 +38,17 @@ type TrackerConfig struct {
 	// however late for readiness, still proves Envoy alive (LastAnswer):
 	// a main thread busy with a large xDS push is slow, not hung.
 	Silence time.Duration
-	// OnChange, if set, is told of every change, with the status before
-	// it. It is called in order, before anyone waiting on the change is woken, so
-	// that what it updates is current for them; it must not call the
-	// Tracker.
-	OnChange func(old, now Status)
+	// Keep: the tracker keeps every change, in order, for Changes to take.
+	// A reader that must see each one (a refusal that another status
+	// followed at once, a readiness that did not last) reads them there;
+	// Status has only the latest.
+	Keep bool
+}
+
+// Change is one change of the tracker's status, and when it was seen.
+type Change struct {
+	Old, Now Status
+	At       time.Time
 }
 
 // Status is what the tracker last saw.
@@ -68,6 +74,7 @@ type Tracker struct {
 	status  Status
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
+	kept    []Change      // with Keep, the changes Changes has not taken yet
 	heard   time.Time     // the admin API's last answer, whatever it said
 }
 
@@ -97,6 +104,18 @@ func (t *Tracker) Status() (Status, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.status, t.changed
+}
+
+// Changes takes the changes kept since it was last called (TrackerConfig.Keep),
+// oldest first, and returns with them a channel that is closed at the next
+// change. It is for one reader, which calls it again once the channel is
+// closed: nothing is lost between the calls.
+func (t *Tracker) Changes() ([]Change, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kept := t.kept
+	t.kept = nil
+	return kept, t.changed
 }
 
 // LastAnswer is when the admin API last answered a poll, with any status;
@@ -134,11 +153,10 @@ func (t *Tracker) update(s Status) {
 	if s == t.status {
 		return
 	}
-	old := t.status
-	t.status = s
-	if t.cfg.OnChange != nil {
-		t.cfg.OnChange(old, s)
+	if t.cfg.Keep {
+		t.kept = append(t.kept, Change{Old: t.status, Now: s, At: time.Now()})
 	}
+	t.status = s
 	close(t.changed)
 	t.changed = make(chan struct{})
 }

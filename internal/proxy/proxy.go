@@ -35,12 +35,7 @@ type Config struct {
 	StopTimeout time.Duration
 	// Escalated, if set, is told of every signal the stop sequence sends.
 	Escalated func(syscall.Signal)
-	// LeaderExited, if set, is called when the group's leader has exited
-	// and before what it left in its group is killed: what is still
-	// running then (an Envoy under a pilot-agent that exited) outlived the
-	// leader, and what is gone died first.
-	LeaderExited func()
-	Log          *slog.Logger
+	Log       *slog.Logger
 }
 
 // Process is a started proxy. Its methods are safe for concurrent use.
@@ -95,20 +90,21 @@ func Start(r *reaper.Reaper, cfg Config) (*Process, error) {
 // Pid is the proxy's pid, which is also its process group's id.
 func (p *Process) Pid() int { return p.pid }
 
-// Wait blocks until the proxy has exited and returns how. Whatever the
-// leader left behind in its group (an Envoy whose pilot-agent died) is
-// killed, so that nothing of the proxy outlives it. Call it once.
+// Wait blocks until the group's leader has exited and returns how. Call
+// it once, and Finish after it. Until Finish, what the leader left in its
+// group still runs: what runs then (an Envoy under a pilot-agent that
+// exited) outlived the leader, and what is gone died first.
 func (p *Process) Wait() reaper.Exit {
 	e := <-p.exit
 	p.mu.Lock()
 	close(p.exited)
 	p.mu.Unlock()
-	if p.cfg.LeaderExited != nil {
-		p.cfg.LeaderExited()
-	}
-	p.signal(syscall.SIGKILL)
 	return e
 }
+
+// Finish kills whatever the leader left behind in its group, so that
+// nothing of the proxy outlives it.
+func (p *Process) Finish() { p.signal(syscall.SIGKILL) }
 
 // Exited is closed once the proxy has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }

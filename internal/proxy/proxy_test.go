@@ -40,7 +40,11 @@ func run(t *testing.T, cfg Config) *Process {
 func waitExit(t *testing.T, p *Process, d time.Duration) reaper.Exit {
 	t.Helper()
 	ch := make(chan reaper.Exit, 1)
-	go func() { ch <- p.Wait() }()
+	go func() {
+		e := p.Wait()
+		p.Finish()
+		ch <- e
+	}()
 	select {
 	case e := <-ch:
 		return e
@@ -175,7 +179,7 @@ func TestStopByQuit(t *testing.T) {
 	}
 }
 
-// Wait kills what the leader left in its group.
+// Finish, after Wait, kills what the leader left in its group.
 func TestWaitKillsTheGroup(t *testing.T) {
 	p := run(t, Config{Command: []string{"/bin/sh", "-c", "sleep 60 & exit 3"}})
 	if e := waitExit(t, p, 5*time.Second); e.Code() != 3 {

@@ -75,6 +75,8 @@ type lifecycle struct {
 	envoyDown time.Time // when a ready Envoy stopped answering, unasked
 	readyAt   time.Time // when the proxy was first ready
 	decision  decision  // the exit code, once an event has fixed it
+
+	readied chan struct{} // closed once the first readiness is noted and announced
 }
 
 // decision is the exit code the first decisive event fixed, why, and when.
@@ -87,7 +89,7 @@ type decision struct {
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started"}
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -127,17 +129,29 @@ func (l *lifecycle) record(e Event) {
 	}
 }
 
-// noteReady records when the proxy was first ready, and reports whether
-// this was the first time.
-func (l *lifecycle) noteReady(at time.Time) (first bool) {
+// becameReady records the proxy's first readiness: when, and the move to
+// Ready, refused (and logged) when a drain or a stop came first. It
+// reports whether this was the first; only then does the caller announce
+// it (announceReady), once it has told whoever must know before the app.
+func (l *lifecycle) becameReady(at time.Time, why string) (first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.readyAt.IsZero() {
 		return false
 	}
 	l.readyAt = at
+	l.moveLocked(Ready, why)
 	return true
 }
+
+// announceReady wakes whoever waits for the first readiness (readiedCh).
+// Call it once, after becameReady said first.
+func (l *lifecycle) announceReady() { close(l.readied) }
+
+// readiedCh is closed once the first readiness is noted and announced:
+// from then on a SIGTERM or a preStop finds the proxy has been ready, and
+// a status request finds the phase past Starting.
+func (l *lifecycle) readiedCh() <-chan struct{} { return l.readied }
 
 // everReady reports whether the proxy has been ready: the one answer to
 // that, which the exit code of a SIGTERM or a preStop depends on.

@@ -23,7 +23,15 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		// DRAINING during our drain is our own /healthcheck/fail
 		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
 		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
-			return true, ""
+			// The tracker tells first, and the readiness actor an instant
+			// later: the app's SIGTERM or preStop that follows this answer
+			// must find the proxy has been ready.
+			select {
+			case <-s.life.readiedCh():
+				return true, ""
+			case <-ctx.Done():
+				return false, "proxy ready, not yet noted"
+			}
 		}
 		select {
 		case <-changed:

@@ -153,12 +153,6 @@ func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
 	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
 }
 
-// learnDrainCall reads Envoy's release once it is ready and chooses the
-// drain's call for it, saying once what that release gives and gives up.
-func (s *Supervisor) learnDrainCall() {
-	s.chosenDrainCall()
-}
-
 // chosenDrainCall is the drain call learned at ready, or, if that has not
 // happened yet, the one chosen now (a drain may start at once after ready).
 // A release that cannot be read gets ChooseCall's choice for an unknown one,
