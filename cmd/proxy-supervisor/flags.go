@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
@@ -266,11 +265,11 @@ func (p *portList) placeholder() string { return "PORT,..." }
 func (p *portList) Set(v string) error {
 	*p = nil
 	for _, f := range splitList(v) {
-		n, err := strconv.ParseUint(f, 10, 16)
-		if err != nil || n == 0 {
+		n, err := http1.ParsePort(f)
+		if err != nil {
 			return fmt.Errorf("%q is not a port; want a comma list of ports from 1 to 65535, such as 8080,9090", f)
 		}
-		*p = append(*p, uint16(n))
+		*p = append(*p, n)
 	}
 	return nil
 }
@@ -396,20 +395,20 @@ func (a *listenAddr) Set(v string) error {
 	if err != nil {
 		return errors.New("want HOST:PORT, such as :15022 or 127.0.0.1:15022")
 	}
-	if err := checkHost(host, true); err != nil {
-		return err
+	if host != "" { // every address
+		if err := http1.CheckHost(host); err != nil {
+			return err
+		}
 	}
-	if _, err := parsePort(port); err != nil {
+	if _, err := http1.ParsePort(port); err != nil {
 		return err
 	}
 	*a = listenAddr(v)
 	return nil
 }
 
-// httpURL is the URL of a local plain-HTTP server: http, a host, and a
-// port from 1 to 65535 if one is given. what names the server, for the
-// error that refuses https: the binary carries no TLS, since every server
-// it asks is in the pod and none speaks it.
+// httpURL is the URL of a local plain-HTTP server, as http1.ParseURL
+// takes it. what names the server, for the error that refuses https.
 type httpURL struct {
 	val  string
 	what string
@@ -419,72 +418,21 @@ type httpURL struct {
 func (u *httpURL) String() string { return u.val }
 
 func (u *httpURL) Set(v string) error {
-	p, err := url.Parse(v)
-	if err != nil {
-		return errors.New("not a URL")
+	p, err := http1.ParseURL(v)
+	if errors.Is(err, http1.ErrHTTPS) {
+		return fmt.Errorf("%w: the URL is %s, which is plain HTTP", err, u.what)
 	}
-	if u.unix && p.Scheme == "unix" {
-		if p.Host != "" || p.User != nil || p.RawQuery != "" || !strings.HasPrefix(p.Path, "/") {
-			return errors.New("want unix:///PATH, an absolute path")
-		}
-		u.val = v
-		return nil
-	}
-	switch {
-	case p.Scheme == "https":
-		return fmt.Errorf("https is not supported: the URL is %s, which is plain HTTP", u.what)
-	case p.Scheme != "http" || p.Opaque != "":
-		if u.unix {
-			return errors.New("want http://HOST:PORT or unix:///PATH")
-		}
+	if errors.Is(err, http1.ErrScheme) && !u.unix {
 		return errors.New("want http://HOST:PORT")
-	case p.User != nil:
-		return errors.New("credentials in the URL are not supported")
 	}
-	if err := checkHost(p.Hostname(), false); err != nil {
+	if err != nil {
 		return err
 	}
-	if port := p.Port(); port != "" || strings.HasSuffix(p.Host, ":") {
-		if _, err := parsePort(port); err != nil {
-			return err
-		}
+	if p.Network == "unix" && !u.unix {
+		return errors.New("want http://HOST:PORT")
 	}
 	u.val = v
 	return nil
-}
-
-// checkHost accepts an IP address or a DNS name; empty only where it means
-// every address.
-func checkHost(host string, emptyOK bool) error {
-	if host == "" {
-		if emptyOK {
-			return nil
-		}
-		return errors.New("no host")
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return nil
-	}
-	if len(host) > 253 {
-		return errors.New("host name longer than 253 characters")
-	}
-	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
-			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
-			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
-		}
-	}
-	return nil
-}
-
-// parsePort reads a decimal port from 1 to 65535. Service names (":http")
-// are refused: the port is also the proxy's, for telling sockets apart.
-func parsePort(s string) (uint16, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
-	}
-	return uint16(n), nil
 }
 
 // controlDir is the shared emptyDir. sock/control.sock must fit a unix socket

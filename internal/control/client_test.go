@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
 )
 
@@ -182,7 +183,7 @@ func TestTheMarksConnectionCarriesTheCompletion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend()
 			close(b.ready)
-			s := serveTuned(t, b, func(s *Server) { s.headTimeout = tc.headWait })
+			s := serveTuned(t, b, func(c *http1.Config) { c.HeadTimeout = tc.headWait })
 			c := NewClient(filepath.Dir(filepath.Dir(s.path)))
 			s.MarkReady(true)
 			if conn, ok := c.dialMarked(context.Background()); !ok {

@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -65,6 +64,8 @@ const (
 	// writeSlack is what the write of an answer may take once it is
 	// ready, long poll or not: a client that does not read is cut then.
 	writeSlack = 10 * time.Second
+	// closeGrace bounds how long Close waits for answers in flight.
+	closeGrace = time.Second
 )
 
 // Backend is what the socket serves. The supervisor implements it.
@@ -86,26 +87,12 @@ type Backend interface {
 
 // Server serves the control socket.
 type Server struct {
-	h      *handler
-	ln     *net.UnixListener
-	path   string
-	dir    int    // the socket's directory, open until Close
-	ino    uint64 // the socket file we bound, the only one Close removes
-	once   sync.Once
-	base   context.Context // every request's, ended at Close
-	cancel context.CancelFunc
-	log    *slog.Logger
-
-	// Bounds on a connection's reads, fields so that tests can shorten
-	// them: headTimeout from a request's first byte (from the accept, for
-	// the first request) to its blank line, idleTimeout between requests.
-	headTimeout, idleTimeout time.Duration
-
-	connMu  sync.Mutex
-	conns   map[*net.UnixConn]bool // the open connections: true while one answers a request
-	closing bool
-	gone    chan struct{} // closed once closing and conns is empty
-	settled bool          // gone is closed
+	srv  *http1.Server
+	path string
+	dir  int    // the socket's directory, open until Close
+	ino  uint64 // the socket file we bound, the only one Close removes
+	once sync.Once
+	log  *slog.Logger
 
 	markMu   sync.Mutex
 	markable bool // no --allowed-uids: every uid may hear readiness
@@ -117,6 +104,11 @@ type Server struct {
 // one left by an earlier run. allowed, when not empty, is the list of uids
 // that may connect.
 func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server, error) {
+	return listen(dir, b, allowed, log, nil)
+}
+
+// listen is Listen, with tune changing the connections' bounds (tests).
+func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func(*http1.Config)) (*Server, error) {
 	if err := CheckSocketPath(dir); err != nil {
 		return nil, err
 	}
@@ -136,24 +128,38 @@ func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server,
 		unix.Close(sd)
 		return nil, err
 	}
-	base, cancel := context.WithCancel(context.Background())
-	return &Server{
-		h:           &handler{b: b, allowed: allowed, log: log},
-		base:        base,
-		cancel:      cancel,
-		log:         log,
-		markable:    len(allowed) == 0,
-		path:        path,
-		dir:         sd,
-		ino:         ino,
-		ln:          ln,
-		headTimeout: readTimeout,
-		idleTimeout: idleTimeout,
+	h := &handler{b: b, allowed: allowed, log: log}
+	cfg := http1.Config{
+		Name:    "control socket",
+		Handler: h.serve,
+		Refuse: func(code int, why string, body []byte) http1.Answer {
+			if code == 431 {
+				why = fmt.Sprintf("request head larger than %d bytes", maxHeader)
+			}
+			return render(fail(code, "%s", why), body)
+		},
+		ConnContext: withPeer,
+		// Long polls end when their client gives up.
+		Watch:        true,
+		MaxHead:      maxHeader,
+		HeadTimeout:  readTimeout,
+		IdleTimeout:  idleTimeout,
+		WriteTimeout: writeSlack,
+		Grace:        closeGrace,
+		Log:          log,
 		// No cap on connections, unlike the health port: only the pod can
-		// reach this socket, every request is bounded in time, and a cap
-		// would hide the peer's credentials behind its wrapper.
-		conns: make(map[*net.UnixConn]bool),
-		gone:  make(chan struct{}),
+		// reach this socket, and every request is bounded in time.
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	return &Server{
+		srv:      http1.NewServer(ln, cfg),
+		log:      log,
+		markable: len(allowed) == 0,
+		path:     path,
+		dir:      sd,
+		ino:      ino,
 	}, nil
 }
 
@@ -330,101 +336,16 @@ func (s *Server) MarkReady(ready bool) {
 }
 
 // Serve serves until Close, and then returns nil.
-func (s *Server) Serve() error {
-	for {
-		c, err := http1.Accept(s.ln, func(err error, wait time.Duration) {
-			s.log.Warn("control socket: cannot accept a connection; retrying", "in", wait, "err", err)
-		})
-		if errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("control socket: %w", err)
-		}
-		if uc := c.(*net.UnixConn); s.track(uc) {
-			go s.serve(uc)
-		}
-	}
-}
+func (s *Server) Serve() error { return s.srv.Serve() }
 
 // Close stops serving and removes the socket file. Long polls are ended
 // with their answer and answers being written are delivered (the request
 // that ended the job gets its 202), within closeGrace; then what is left
 // is cut. Connections between requests are closed at once.
 func (s *Server) Close() error {
-	s.cancel()
-	err := s.ln.Close()
-	if errors.Is(err, net.ErrClosed) {
-		err = nil // closed before
-	}
-	s.connMu.Lock()
-	s.closing = true
-	for c, busy := range s.conns {
-		if !busy {
-			c.Close()
-		}
-	}
-	s.settle()
-	s.connMu.Unlock()
-	t := time.NewTimer(closeGrace)
-	defer t.Stop()
-	select {
-	case <-s.gone:
-	case <-t.C:
-		s.connMu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.connMu.Unlock()
-	}
+	err := s.srv.Close()
 	s.unlink()
 	return err
-}
-
-// closeGrace bounds how long Close waits for answers in flight.
-const closeGrace = time.Second
-
-// track adds c to the open connections, or closes it if the server is
-// closing.
-func (s *Server) track(c *net.UnixConn) bool {
-	s.connMu.Lock()
-	defer s.connMu.Unlock()
-	if s.closing {
-		c.Close()
-		return false
-	}
-	s.conns[c] = false
-	return true
-}
-
-// busy marks c as answering a request, or as between requests. It reports
-// false when the server is closing: then the connection must end (Close
-// has closed it already if it was between requests).
-func (s *Server) busy(c *net.UnixConn, busy bool) bool {
-	s.connMu.Lock()
-	defer s.connMu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.conns[c] = busy
-	return true
-}
-
-// forget closes c and drops it from the open connections.
-func (s *Server) forget(c *net.UnixConn) {
-	c.Close()
-	s.connMu.Lock()
-	defer s.connMu.Unlock()
-	delete(s.conns, c)
-	s.settle()
-}
-
-// settle tells Close that the last connection has ended. connMu is held.
-func (s *Server) settle() {
-	if s.closing && len(s.conns) == 0 && !s.settled {
-		s.settled = true
-		close(s.gone)
-	}
 }
 
 // unlink removes the socket file if it is still the one we bound, and
@@ -452,6 +373,17 @@ func CallerUID(ctx context.Context) (uid uint32, ok bool) {
 	return uid, ok
 }
 
+// withPeer adds to ctx the uid of the process at the other end of c. It is
+// read once: it is the process that connected, whatever it sends later.
+func withPeer(ctx context.Context, c net.Conn) context.Context {
+	if uc, ok := c.(*net.UnixConn); ok {
+		if cred, err := peerCred(uc); err == nil {
+			return context.WithValue(ctx, peerKey{}, cred.Uid)
+		}
+	}
+	return ctx
+}
+
 // peerCred is the kernel's record of the process at the other end: the
 // client for the server, and for a client the server as it was when it
 // called listen(2).
@@ -468,122 +400,6 @@ func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
 		return nil, cerr
 	}
 	return cred, err
-}
-
-// conn is one connection of the socket, served by one goroutine.
-type conn struct {
-	s   *Server
-	c   *net.UnixConn
-	ctx context.Context // the server's, with the peer's uid
-	in  []byte          // the request head being read
-	n   int             // bytes of in read and not yet answered
-	out []byte          // the answer being written
-}
-
-// serve answers the requests of one connection in turn, until the client
-// closes it or asks to, errs or times out, or the server closes.
-func (s *Server) serve(c *net.UnixConn) {
-	defer s.forget(c)
-	defer func() {
-		// As net/http did: a bug in answering one request must not take the
-		// proxy's supervisor down.
-		if v := recover(); v != nil {
-			s.log.Error("control socket: panic serving a request", "panic", v, "stack", string(debug.Stack()))
-		}
-	}()
-	cn := &conn{s: s, c: c, ctx: s.base, in: make([]byte, maxHeader)}
-	// The uid is read once: it is the process that connected, whatever it
-	// sends later.
-	if cred, err := peerCred(c); err == nil {
-		cn.ctx = context.WithValue(cn.ctx, peerKey{}, cred.Uid)
-	}
-	// The first head is timed from the accept; later ones may keep the
-	// connection idle first.
-	for idle := time.Duration(0); ; idle = s.idleTimeout {
-		var end int
-		var err error
-		end, cn.n, err = http1.ReadHead(c, cn.in, cn.n, s.headTimeout, idle)
-		if errors.Is(err, http1.ErrHeadTooLarge) {
-			cn.write(fail(431, "request head larger than %d bytes", maxHeader), true)
-			return
-		}
-		if err != nil {
-			return
-		}
-		req, ok := http1.ParseRequest(cn.in[:end])
-		if !ok {
-			cn.write(fail(400, "malformed request head"), true)
-			return
-		}
-		if !s.busy(c, true) {
-			return
-		}
-		// A request with a body, and an answer to HEAD, end the
-		// connection: the body would be read as the next request, and the
-		// answer's body as the client's next answer.
-		done := cn.answer(&req, req.Close || req.Body || string(req.Method) == "HEAD")
-		cn.n = copy(cn.in, cn.in[end:cn.n]) // a byte of the next request, at most
-		if done || !s.busy(c, false) {
-			return
-		}
-	}
-}
-
-// answer serves the request r and sends its answer, after which the
-// connection ends if end is set, the client went away or the server is
-// closing; done reports that it ends. Meanwhile it reads
-// the connection, so that a client that goes away (gives up a long poll)
-// ends the request's context. That read takes one byte at most, which stays
-// in in: the clients never pipeline, so it is the start of their next
-// request. The answer is written before that read is ended: ending it waits
-// for the reading goroutine, and a goroutine that the request woke (the
-// stop that a job's completion starts) would run first, with the answer
-// held back behind it.
-func (cn *conn) answer(r *http1.Request, end bool) (done bool) {
-	ctx, cancel := context.WithCancel(cn.ctx)
-	defer cancel()
-	cn.c.SetReadDeadline(time.Time{})
-	next := cn.in[cn.n:min(cn.n+1, len(cn.in))]
-	type result struct {
-		n   int
-		err error
-	}
-	read := make(chan result, 1)
-	go func() {
-		n, err := cn.c.Read(next)
-		if err != nil {
-			cancel()
-		}
-		read <- result{n, err}
-	}()
-	a := cn.s.h.handle(ctx, r)
-	// ctx ends when the client went away or the server is closing.
-	end = end || ctx.Err() != nil
-	sent := cn.write(a, end)
-	cn.c.SetReadDeadline(time.Unix(1, 0)) // ends the read, with what it got
-	res := <-read
-	cn.n += res.n
-	gone := res.err != nil && !errors.Is(res.err, os.ErrDeadlineExceeded)
-	return end || !sent || gone
-}
-
-// write sends the answer a, asking the client to close the connection
-// after it when end is set. A client that does not read it has writeSlack.
-func (cn *conn) write(a answer, end bool) bool {
-	body, err := json.Marshal(a.body)
-	if err != nil {
-		a = fail(500, "encode the answer: %v", err)
-		body, _ = json.Marshal(a.body)
-	}
-	extra := ""
-	if a.allow != "" {
-		extra = "Allow: " + a.allow + "\r\n"
-	}
-	cn.out = http1.AppendHead(cn.out[:0], a.code, "application/json", len(body)+1, extra, end)
-	cn.out = append(append(cn.out, body...), '\n')
-	cn.c.SetWriteDeadline(time.Now().Add(writeSlack))
-	_, err = cn.c.Write(cn.out)
-	return err == nil
 }
 
 type handler struct {
@@ -603,6 +419,25 @@ func reply(code int, v any) answer { return answer{code: code, body: v} }
 
 func fail(code int, format string, args ...any) answer {
 	return reply(code, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// serve answers r as JSON.
+func (h *handler) serve(ctx context.Context, r *http1.Request, body []byte) http1.Answer {
+	return render(h.handle(ctx, r), body)
+}
+
+// render encodes a, on one line, after body.
+func render(a answer, body []byte) http1.Answer {
+	b, err := json.Marshal(a.body)
+	if err != nil {
+		a = fail(500, "encode the answer: %v", err)
+		b, _ = json.Marshal(a.body)
+	}
+	extra := ""
+	if a.allow != "" {
+		extra = "Allow: " + a.allow + "\r\n"
+	}
+	return http1.Answer{Code: a.code, Type: "application/json", Extra: extra, Body: append(append(body, b...), '\n')}
 }
 
 // endpoint is one path of the socket: its method, the query parameters it
@@ -638,8 +473,8 @@ func (h *handler) handle(ctx context.Context, r *http1.Request) answer {
 		}
 	}
 	// Everything is in the query. A body would only be something for a
-	// slow client to trickle, so none is accepted (serve ends the
-	// connection, whose next bytes would be that body).
+	// slow client to trickle, so none is accepted (the connection ends,
+	// whose next bytes would be that body).
 	if r.Body {
 		return fail(400, "requests take no body; parameters go in the query")
 	}

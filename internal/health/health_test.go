@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ func TestHealthServer(t *testing.T) {
 	ready, why, live := false, "PRE_INITIALIZING", true
 	reg := metrics.NewRegistry()
 	reg.Gauge("proxy_supervisor_proxy_ready", "x").Set(1)
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return ready, why }, func() (bool, string) { return live, "hung" }, reg)
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return ready, why }, func() (bool, string) { return live, "hung" }, reg, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,24 +63,26 @@ func TestHealthServer(t *testing.T) {
 	}
 }
 
-// countConns counts the connections s serves and ends; call it before
-// Serve.
-func countConns(s *Server) (accepted, closed *atomic.Int32) {
-	accepted, closed = new(atomic.Int32), new(atomic.Int32)
-	s.onOpen = func() { accepted.Add(1) }
-	s.onClose = func() { closed.Add(1) }
-	return accepted, closed
+// accepted is how many connections s has accepted, closed how many of
+// them it has ended.
+func accepted(s *Server) int {
+	n, _ := s.srv.Conns()
+	return n
+}
+
+func closed(s *Server) int {
+	n, open := s.srv.Conns()
+	return n - open
 }
 
 // Slow clients from one source are cut off: all but perSource at once, as
 // newer ones arrive, and the last perSource at the header timeout. They pin
 // no more than perSource goroutines.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted, closed := countConns(s)
 	go s.Serve()
 	defer s.Close()
 	before := runtime.NumGoroutine()
@@ -100,12 +101,12 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 			c.Close()
 		}
 	}()
-	proctest.Eventually(t, 5*time.Second, "every client accepted", func() bool { return accepted.Load() == n })
+	proctest.Eventually(t, 5*time.Second, "every client accepted", func() bool { return accepted(s) == n })
 	if g := runtime.NumGoroutine() - before; g > perSource+10 {
 		t.Fatalf("%d goroutines for %d slow clients of one source; want at most ~%d", g, n, perSource)
 	}
 	// The last perSource are cut only by the header timeout.
-	proctest.Eventually(t, headerTimeout+10*time.Second, "every slow client cut off", func() bool { return closed.Load() == n })
+	proctest.Eventually(t, headerTimeout+10*time.Second, "every slow client cut off", func() bool { return closed(s) == n })
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + s.Addr().String() + "/healthz/ready")
 	if err != nil {
@@ -121,11 +122,10 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 // a probe out: at the cap, a new connection evicts the oldest of the source
 // holding the most, so the probe is answered within the kubelet's 3 s.
 func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted, _ := countConns(s)
 	go s.Serve()
 	defer s.Close()
 	addr := s.Addr().String()
@@ -147,7 +147,7 @@ func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
 		fmt.Fprintf(c, "GET /healthz/live HTTP/1.1\r\nHost: x\r\n\r\n") // then park
 		conns = append(conns, c)
 	}
-	proctest.Eventually(t, 5*time.Second, "the flood accepted", func() bool { return accepted.Load() == int32(flood) })
+	proctest.Eventually(t, 5*time.Second, "the flood accepted", func() bool { return accepted(s) == flood })
 	client := &http.Client{Timeout: 3 * time.Second} // the kubelet's probe timeout
 	start := time.Now()
 	resp, err := client.Get("http://" + addr + "/healthz/ready")

@@ -2,8 +2,9 @@ package health
 
 import (
 	"bytes"
-	"errors"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -28,14 +29,14 @@ const (
 	headerTimeout = 2 * time.Second
 	idleTimeout   = time.Second
 	writeTimeout  = 5 * time.Second
+	closeGrace    = time.Second
 	maxHeader     = 8 << 10
 	maxConns      = 128
 	// perSource is far above what the kubelet (a few probes at once, from
 	// the node's address) or a scraper opens.
 	perSource = 16
-	// spareBufs request buffers are kept for the next connections: the
-	// kubelet opens one per probe, and a burst's buffers beyond these go
-	// back to the collector.
+	// spareBufs connections' buffers are kept for the next connections:
+	// the kubelet opens one per probe.
 	spareBufs = 4
 )
 
@@ -47,26 +48,22 @@ type Check func() (ok bool, why string)
 // loopback check would protect nothing, and stopping goes through the control
 // socket alone.
 //
-// It speaks just enough HTTP/1.1 for probes and scrapes (GET and HEAD of
-// three paths, keep-alive, pipelining, no request bodies) and answers a probe
-// without allocating: net/http allocated 21 objects (about 2 kB) per probe,
-// so that a burst of probes ran the collector about a hundred times a
-// second, and those collections left the runtime's per-size-class sweep
-// metadata resident for good.
+// It answers GET and HEAD of three paths, and a probe without allocating:
+// net/http allocated 21 objects (about 2 kB) per probe, so that a burst of
+// probes ran the collector about a hundred times a second, and those
+// collections left the runtime's per-size-class sweep metadata resident for
+// good.
 type Server struct {
-	ln          *fairListener
+	srv         *http1.Server
+	addr        net.Addr
 	ready, live Check
 	reg         *metrics.Registry
-	bufs        chan []byte
-
-	// onOpen and onClose, when set (tests), see each connection served.
-	onOpen, onClose func()
 }
 
 // Listen binds addr (such as :15022) and returns a server ready to Serve.
 // ready says whether the pod may be sent traffic, live whether the
 // container is fit to keep running; a nil live always says so.
-func Listen(addr string, ready, live Check, reg *metrics.Registry) (*Server, error) {
+func Listen(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("health server: %w", err)
@@ -74,103 +71,37 @@ func Listen(addr string, ready, live Check, reg *metrics.Registry) (*Server, err
 	if live == nil {
 		live = func() (bool, string) { return true, "" }
 	}
-	return &Server{
-		ln:    newFairListener(ln, maxConns, perSource),
-		ready: ready,
-		live:  live,
-		reg:   reg,
-		bufs:  make(chan []byte, spareBufs),
-	}, nil
+	s := &Server{addr: ln.Addr(), ready: ready, live: live, reg: reg}
+	s.srv = http1.NewServer(newFairListener(ln, maxConns, perSource), http1.Config{
+		Name:         "health server",
+		Handler:      s.answer,
+		MaxHead:      maxHeader,
+		Spare:        spareBufs,
+		HeadTimeout:  headerTimeout,
+		IdleTimeout:  idleTimeout,
+		WriteTimeout: writeTimeout,
+		Grace:        closeGrace,
+		Log:          log,
+	})
+	return s, nil
 }
 
 // Addr is the bound address.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+func (s *Server) Addr() net.Addr { return s.addr }
 
 // Serve serves until Close.
-func (s *Server) Serve() error {
-	for {
-		c, err := http1.Accept(s.ln, nil)
-		if errors.Is(err, net.ErrClosed) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("health server: %w", err)
-		}
-		go s.serve(c)
-	}
-}
+func (s *Server) Serve() error { return s.srv.Serve() }
 
 // Close stops the server and its connections.
-func (s *Server) Close() error {
-	err := s.ln.Close()
-	s.ln.closeAll()
-	return err
-}
+func (s *Server) Close() error { return s.srv.Close() }
 
-// buffer is a request buffer of maxHeader bytes plus room for a response.
-func (s *Server) buffer() []byte {
-	select {
-	case b := <-s.bufs:
-		return b
-	default:
-		return make([]byte, maxHeader+512)
+// answer routes one request, building its body in body.
+func (s *Server) answer(_ context.Context, r *http1.Request, body []byte) http1.Answer {
+	// A probe or a scrape never sends a body; the connection ends after
+	// this, since the body would be read as the next request.
+	if r.Body {
+		return text(400, body, "bad request: a body\n")
 	}
-}
-
-func (s *Server) release(b []byte) {
-	select {
-	case s.bufs <- b:
-	default:
-	}
-}
-
-// serve answers the requests of one connection in turn, until the client
-// closes it, asks to, errs or times out: headerTimeout from a request's
-// first byte (from the accept, for the first) and idleTimeout between
-// requests.
-func (s *Server) serve(c net.Conn) {
-	if s.onOpen != nil {
-		s.onOpen()
-	}
-	buf := s.buffer()
-	defer func() {
-		c.Close()
-		s.release(buf)
-		if s.onClose != nil {
-			s.onClose()
-		}
-	}()
-	in, out := buf[:maxHeader], buf[maxHeader:maxHeader]
-	n := 0 // bytes of in that are read and not yet answered
-	// The first head is timed from the accept; later ones may keep the
-	// connection idle first.
-	for idle := time.Duration(0); ; idle = idleTimeout {
-		end, held, err := http1.ReadHead(c, in, n, headerTimeout, idle)
-		n = held
-		if errors.Is(err, http1.ErrHeadTooLarge) {
-			s.send(c, out, http1.Request{Close: true}, 431, "", "request header too large\n")
-			return
-		}
-		if err != nil {
-			return
-		}
-		// A probe or a scrape never sends a body, and this server would
-		// read one as the next request.
-		req, ok := http1.ParseRequest(in[:end])
-		if !ok || req.Body {
-			s.send(c, out, http1.Request{Close: true}, 400, "", "bad request\n")
-			return
-		}
-		if !s.answer(c, out, req) || req.Close {
-			return
-		}
-		n = copy(in, in[end:n]) // pipelined requests
-	}
-}
-
-// answer routes one request and writes its response; false if the write
-// failed.
-func (s *Server) answer(c net.Conn, out []byte, r http1.Request) bool {
 	var check Check
 	var name string
 	switch string(r.Path) {
@@ -180,43 +111,31 @@ func (s *Server) answer(c net.Conn, out []byte, r http1.Request) bool {
 		check, name = s.live, "live"
 	case "/metrics":
 	default:
-		return s.send(c, out, r, 404, "", "404 page not found\n")
+		return text(404, body, "404 page not found\n")
 	}
 	if string(r.Method) != "GET" && string(r.Method) != "HEAD" {
-		return s.send(c, out, r, 405, "Allow: GET, HEAD\r\n", "method not allowed\n")
+		a := text(405, body, "method not allowed\n")
+		a.Extra = "Allow: GET, HEAD\r\n"
+		return a
 	}
 	if check == nil {
-		var body bytes.Buffer // a scrape, seconds apart: it may allocate
-		s.reg.WriteTo(&body)
-		return s.send(c, out, r, 200, "", body.String())
+		b := bytes.NewBuffer(body) // a scrape, seconds apart: it may allocate
+		s.reg.WriteTo(b)
+		return http1.Answer{Code: 200, Type: "text/plain; version=0.0.4; charset=utf-8", Body: b.Bytes()}
 	}
 	if ok, why := check(); !ok {
-		return s.send(c, out, r, 503, "", "not ", name, ": ", why, "\n")
+		return text(503, body, "not ", name, ": ", why, "\n")
 	}
-	return s.send(c, out, r, 200, "", name, "\n")
+	return text(200, body, name, "\n")
 }
 
-// send writes a response whose body is the concatenation of body, built in
-// out (which grows beyond its capacity only for a large body); extra is
-// more header lines. It reports whether the write succeeded.
-func (s *Server) send(c net.Conn, out []byte, r http1.Request, code int, extra string, body ...string) bool {
-	ctype := "text/plain; charset=utf-8"
-	if string(r.Path) == "/metrics" && code == 200 {
-		ctype = "text/plain; version=0.0.4; charset=utf-8"
+// text is a plain-text answer whose body is the concatenation of parts,
+// appended to body.
+func text(code int, body []byte, parts ...string) http1.Answer {
+	for _, p := range parts {
+		body = append(body, p...)
 	}
-	size := 0
-	for _, p := range body {
-		size += len(p)
-	}
-	b := http1.AppendHead(out[:0], code, ctype, size, extra, r.Close || code == 400 || code == 431)
-	if string(r.Method) != "HEAD" {
-		for _, p := range body {
-			b = append(b, p...)
-		}
-	}
-	c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := c.Write(b)
-	return err == nil
+	return http1.Answer{Code: code, Body: body}
 }
 
 // fairListener bounds the connections it hands out, in all (max) and per
@@ -231,10 +150,9 @@ type fairListener struct {
 	net.Listener
 	max, perSource int
 
-	mu     sync.Mutex
-	n      int
-	bySrc  map[netip.Addr][]*fairConn // oldest first
-	closed bool                       // by closeAll: no more connections
+	mu    sync.Mutex
+	n     int
+	bySrc map[netip.Addr][]*fairConn // oldest first
 }
 
 func newFairListener(ln net.Listener, max, perSource int) *fairListener {
@@ -248,11 +166,6 @@ func (l *fairListener) Accept() (net.Conn, error) {
 	}
 	fc := &fairConn{Conn: c, l: l, src: sourceOf(c)}
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		c.Close()
-		return nil, net.ErrClosed
-	}
 	var evict *fairConn
 	switch {
 	case len(l.bySrc[fc.src]) >= l.perSource:
@@ -271,20 +184,6 @@ func (l *fairListener) Accept() (net.Conn, error) {
 		evict.Conn.Close()
 	}
 	return fc, nil
-}
-
-// closeAll closes every connection handed out, and any accepted later.
-func (l *fairListener) closeAll() {
-	l.mu.Lock()
-	l.closed = true
-	var all []*fairConn
-	for _, cs := range l.bySrc {
-		all = append(all, cs...)
-	}
-	l.mu.Unlock()
-	for _, c := range all {
-		c.Close()
-	}
 }
 
 // heaviest is the oldest connection of the source that holds the most.

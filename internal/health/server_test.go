@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -12,11 +13,13 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
 )
 
+var discard = slog.New(slog.DiscardHandler)
+
 // serveReady runs a health server that is always ready, until the test
 // ends, and returns its address.
 func serveReady(t *testing.T) string {
 	t.Helper()
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry())
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,5 +54,29 @@ func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
 		if err != nil {
 			t.Errorf("probe %d: %v after %v", i, err, lat[i])
 		}
+	}
+}
+
+// A check that panics costs its probe the connection, not the process
+// (PID 1 of the proxy's container) its life: the next probe is answered.
+func TestAPanickingCheckLeavesTheServerUp(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", func() (bool, string) { panic("a bug in a check") }, nil, metrics.NewRegistry(), discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	t.Cleanup(func() { s.Close() })
+	client := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := client.Get("http://" + s.Addr().String() + "/healthz/ready"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a panicking check answered %s", resp.Status)
+	}
+	resp, err := client.Get("http://" + s.Addr().String() + "/healthz/live")
+	if err != nil {
+		t.Fatalf("a probe after the panic: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("a probe after the panic: %s", resp.Status)
 	}
 }

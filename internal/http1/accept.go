@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Accept returns ln's next connection. While the process is out of
+// accept returns ln's next connection. While the process is out of
 // descriptors or memory, it waits for connections that end to give some
 // back (5 ms, doubling up to 1 s), telling retry each time, rather than spin
 // or stop serving. Other errors are returned, net.ErrClosed once ln is
 // closed.
-func Accept(ln net.Listener, retry func(err error, wait time.Duration)) (net.Conn, error) {
+func accept(ln net.Listener, retry func(err error, wait time.Duration)) (net.Conn, error) {
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()

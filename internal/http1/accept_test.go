@@ -40,18 +40,18 @@ func TestAcceptWaitsOutAShortage(t *testing.T) {
 	emfile := &net.OpError{Op: "accept", Err: unix.EMFILE}
 	l := &scripted{errs: []error{emfile, emfile, &net.OpError{Op: "accept", Err: unix.ENFILE}}, conn: c1}
 	var waits []time.Duration
-	c, err := Accept(l, func(err error, wait time.Duration) { waits = append(waits, wait) })
+	c, err := accept(l, func(err error, wait time.Duration) { waits = append(waits, wait) })
 	if err != nil || c != c1 {
 		t.Fatalf("Accept = %v, %v; want the connection", c, err)
 	}
 	if want := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}; !slices.Equal(waits, want) {
 		t.Fatalf("waits %v, want %v", waits, want)
 	}
-	if _, err := Accept(l, nil); !errors.Is(err, net.ErrClosed) {
+	if _, err := accept(l, nil); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("closed listener: %v, want net.ErrClosed", err)
 	}
 	other := &net.OpError{Op: "accept", Err: unix.EINVAL}
-	if _, err := Accept(&scripted{errs: []error{other}}, nil); !errors.Is(err, unix.EINVAL) {
+	if _, err := accept(&scripted{errs: []error{other}}, nil); !errors.Is(err, unix.EINVAL) {
 		t.Fatalf("a lasting error: %v, want it returned", err)
 	}
 }

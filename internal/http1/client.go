@@ -200,12 +200,17 @@ var ErrTooLarge = errors.New("answer larger than the bound")
 // framed by Content-Length, chunked, or by the end of the connection, up to
 // maxBody bytes; the client sends no HEAD, so an answer's body is never to
 // be left unread. keep reports whether the connection can carry another
-// request. Interim (1xx) answers are skipped.
+// request. Interim (1xx) answers are skipped; 101 is refused, since no
+// request asks to switch protocols. What it takes net/http's client takes
+// alike (FuzzReadResponseAsNetHTTP).
 func ReadResponse(br *bufio.Reader, maxBody int) (resp Response, keep bool, err error) {
 	for interim := 0; ; interim++ {
 		var h respHead
 		if h, err = readHead(br); err != nil {
 			return Response{}, false, err
+		}
+		if h.code == 101 {
+			return Response{}, false, errors.New("unexpected 101 Switching Protocols")
 		}
 		if h.code >= 100 && h.code < 200 {
 			if interim == maxInterim {
@@ -247,6 +252,11 @@ type respHead struct {
 	keep    bool
 }
 
+// readHead reads a response head. It refuses a header name that is not a
+// token, a control character in a value, a Content-Length that is not one
+// decimal number, and a Transfer-Encoding other than one chunked, or any on
+// HTTP/1.0 (where net/http ignores it and reads to the end: the server is
+// confused, and which of the two it meant is not for the client to guess).
 func readHead(br *bufio.Reader) (respHead, error) {
 	h := respHead{length: -1}
 	line, err := readLine(br)
@@ -265,43 +275,57 @@ func readHead(br *bufio.Reader) (respHead, error) {
 		return h, fmt.Errorf("malformed status line %q", line)
 	}
 	h.code, h.status = code, string(status)
+	old := !h.keep // HTTP/1.0
 	size := len(line)
+	closed := false
 	for {
 		line, err := readLine(br)
 		if err != nil {
 			return h, fmt.Errorf("read answer's head: %w", unexpected(err))
 		}
 		if len(line) == 0 {
+			if closed {
+				h.keep = false
+			}
 			return h, nil
 		}
 		if size += len(line); size > maxHead {
 			return h, fmt.Errorf("answer's head longer than %d bytes", maxHead)
 		}
-		name, value, ok := bytes.Cut(line, []byte{':'})
+		name, value, ok := headerLine(line)
 		if !ok {
 			return h, fmt.Errorf("malformed header line %q", line)
 		}
-		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
-			if err != nil || n < 0 || h.length >= 0 && n != h.length {
+			if err != nil || !isDecimal(value) || h.length >= 0 && n != h.length {
 				return h, fmt.Errorf("bad Content-Length %q", value)
 			}
 			h.length = n
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			if !bytes.EqualFold(value, []byte("chunked")) {
+			if h.chunked || old || !bytes.EqualFold(value, []byte("chunked")) {
 				return h, fmt.Errorf("unsupported Transfer-Encoding %q", value)
 			}
 			h.chunked = true
 		case bytes.EqualFold(name, []byte("Connection")):
-			if hasToken(value, "close") {
-				h.keep = false
-			} else if hasToken(value, "keep-alive") {
+			// close anywhere wins; keep-alive keeps an HTTP/1.0 answer's
+			closed = closed || hasToken(value, "close")
+			if hasToken(value, "keep-alive") {
 				h.keep = true
 			}
 		}
 	}
+}
+
+// headerLine splits a header line into its name, a token, and its value
+// without the spaces and tabs around it, with no control character in it.
+func headerLine(line []byte) (name, value []byte, ok bool) {
+	name, value, ok = bytes.Cut(line, []byte{':'})
+	if !ok || !isToken(name) || !only(value, cValue) {
+		return nil, nil, false
+	}
+	return name, bytes.Trim(value, " \t"), true
 }
 
 // readLine reads one line without its CRLF (or bare LF); a line longer than
@@ -318,32 +342,36 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	return bytes.TrimSuffix(line, []byte{'\r'}), nil
 }
 
+// maxChunkLine bounds a chunk's size line, and maxOverhead what chunk lines
+// may add beyond what their data pays for (16 bytes a chunk, plus twice its
+// data), as net/http bounds them: a server cannot make the client read
+// megabytes of extensions for a few bytes of body.
+const (
+	maxChunkLine = 4 << 10
+	maxOverhead  = 16 << 10
+)
+
 // readChunked reads a chunked body and its trailer.
 func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 	var body []byte
+	var overhead int64
 	for {
-		line, err := readLine(br)
+		line, err := crlfLine(br)
 		if err != nil {
 			return nil, err
 		}
-		sizeText, _, _ := bytes.Cut(line, []byte{';'}) // chunk extensions
-		n, err := strconv.ParseUint(string(bytes.TrimSpace(sizeText)), 16, 63)
-		if err != nil {
+		overhead += int64(len(line)) + 2
+		// hex digits alone, 15 at most, then extensions
+		sizeText, _, _ := bytes.Cut(bytes.TrimRight(line, " \t"), []byte{';'})
+		n, err := strconv.ParseUint(string(sizeText), 16, 60)
+		if err != nil || len(sizeText) > 15 {
 			return nil, fmt.Errorf("bad chunk size %q", line)
 		}
+		if overhead = max(overhead-16-2*int64(n), 0); overhead > maxOverhead {
+			return nil, errors.New("too much chunk overhead")
+		}
 		if n == 0 {
-			for size := 0; ; { // the trailer, up to its blank line
-				line, err := readLine(br)
-				if err != nil {
-					return nil, err
-				}
-				if len(line) == 0 {
-					return body, nil
-				}
-				if size += len(line); size > maxHead {
-					return nil, fmt.Errorf("trailer longer than %d bytes", maxHead)
-				}
-			}
+			return body, readTrailer(br)
 		}
 		if uint64(len(body))+n > uint64(maxBody) {
 			return nil, fmt.Errorf("%w of %d bytes", ErrTooLarge, maxBody)
@@ -352,14 +380,52 @@ func readChunked(br *bufio.Reader, maxBody int) ([]byte, error) {
 		if _, err := io.ReadFull(br, body[len(body)-int(n):]); err != nil {
 			return nil, err
 		}
-		line, err = readLine(br)
-		if err != nil {
+		var crlf [2]byte
+		if _, err := io.ReadFull(br, crlf[:]); err != nil {
 			return nil, err
 		}
-		if len(line) != 0 {
-			return nil, errors.New("chunk not followed by CRLF")
+		if string(crlf[:]) != "\r\n" {
+			return nil, errors.New("chunk data not followed by CRLF")
 		}
 	}
+}
+
+// readTrailer reads the header lines after the last chunk, up to their
+// blank line; each ends in CRLF.
+func readTrailer(br *bufio.Reader) error {
+	for size := 0; ; {
+		line, err := crlfLine(br)
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			return nil
+		}
+		if _, _, ok := headerLine(line); !ok {
+			return fmt.Errorf("malformed header line %q", line)
+		}
+		if size += len(line); size > maxHead {
+			return fmt.Errorf("trailer longer than %d bytes", maxHead)
+		}
+	}
+}
+
+// crlfLine reads a line of a chunked body without its CRLF: RFC 9112 allows
+// a bare LF to end a line of the head, not one of a chunked body (erratum
+// 7633), nor a CR anywhere else in it.
+func crlfLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) || err == nil && len(line) > maxChunkLine {
+		return nil, fmt.Errorf("chunk line longer than %d bytes", maxChunkLine)
+	}
+	if err != nil {
+		return nil, err
+	}
+	line, ok := bytes.CutSuffix(line, []byte("\r\n"))
+	if !ok || bytes.IndexByte(line, '\r') >= 0 {
+		return nil, fmt.Errorf("bad chunk line %q: not ended by CRLF alone", line)
+	}
+	return line, nil
 }
 
 // unexpected turns an EOF in the middle of an answer into the error it is.

@@ -71,7 +71,7 @@ func serve(t *testing.T, answer func(n int, head string) (raw string, keep bool)
 }
 
 func (s *server) client(max int) *Client {
-	return &Client{Dial: TCP(s.addr, time.Second), Host: s.addr, MaxBody: max}
+	return &Client{Dial: URL{Network: "tcp", Addr: s.addr}.Dial(time.Second), Host: s.addr, MaxBody: max}
 }
 
 func (s *server) seen() []string {
@@ -244,7 +244,7 @@ func TestDialErrorsKeepTheirCause(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c := &Client{Dial: TCP(addr, time.Second), Host: addr, MaxBody: 64}
+	c := &Client{Dial: URL{Network: "tcp", Addr: addr}.Dial(time.Second), Host: addr, MaxBody: 64}
 	_, err = c.Do(context.Background(), "GET", "/")
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
@@ -298,5 +298,29 @@ func TestBoundsInterimAnswersAndTrailers(t *testing.T) {
 		if _, _, err := ReadResponse(bufio.NewReaderSize(strings.NewReader(raw), 4<<10), 64); err == nil {
 			t.Errorf("%s: no bound", name)
 		}
+	}
+}
+
+// What net/http's client refuses, ReadResponse refuses: each of these was
+// read once.
+func TestReadResponseRefusesWhatNetHTTPRefuses(t *testing.T) {
+	for _, in := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+		"HTTP/1.1 200 OK\r\nContent (Length): 5\r\n\r\nhello",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+	} {
+		if resp, _, err := ReadResponse(bufio.NewReader(strings.NewReader(in)), 64); err == nil {
+			t.Errorf("%q read as %d %q", in, resp.Code, resp.Body)
+		}
+	}
+	// Connection: close anywhere ends the connection.
+	in := "HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"
+	if _, keep, err := ReadResponse(bufio.NewReader(strings.NewReader(in)), 64); err != nil || keep {
+		t.Errorf("%q: keep %v, %v; want the connection closed", in, keep, err)
 	}
 }

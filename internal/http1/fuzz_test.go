@@ -49,7 +49,7 @@ func FuzzParseRequest(f *testing.F) {
 				name, value, _ := bytes.Cut(line, []byte{':'})
 				name, value = bytes.TrimSpace(name), bytes.TrimSpace(value)
 				if bytes.EqualFold(name, []byte("Transfer-Encoding")) ||
-					bytes.EqualFold(name, []byte("Content-Length")) && string(value) != "0" {
+					bytes.EqualFold(name, []byte("Content-Length")) && len(bytes.TrimLeft(value, "0")) > 0 {
 					t.Fatalf("a body's framing %q in %q, taken as bodiless", line, in)
 				}
 			}

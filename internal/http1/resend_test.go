@@ -19,7 +19,7 @@ func testClient(t *testing.T, srv *httptest.Server) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Client{Dial: TCP(u.Host, time.Second), Host: u.Host, MaxBody: 1 << 10}
+	c := &Client{Dial: URL{Network: "tcp", Addr: u.Host}.Dial(time.Second), Host: u.Host, MaxBody: 1 << 10}
 	t.Cleanup(c.CloseIdle)
 	return c
 }
@@ -84,7 +84,7 @@ func TestDeadlineIsTheContexts(t *testing.T) {
 			defer cn.Close()
 		}
 	}()
-	c := &Client{Dial: TCP(ln.Addr().String(), time.Second), Host: "x", MaxBody: 1 << 10}
+	c := &Client{Dial: URL{Network: "tcp", Addr: ln.Addr().String()}.Dial(time.Second), Host: "x", MaxBody: 1 << 10}
 	for i := range 100 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
 		_, err := c.Do(ctx, "GET", "/")

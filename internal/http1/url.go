@@ -2,9 +2,11 @@ package http1
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"net/url"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,37 +17,109 @@ type URL struct {
 	Network, Addr, Host, Target string
 }
 
+// ErrHTTPS is an https:// URL: the binary carries no TLS, since every
+// server it asks is in the pod and none speaks it.
+var ErrHTTPS = errors.New("https is not supported")
+
+// ErrScheme is a URL of neither http:// nor unix://.
+var ErrScheme = errors.New("want http://HOST:PORT or unix:///PATH")
+
 // ParseURL takes apart an http:// URL, such as Envoy's admin address or a
-// readiness URL (a missing port is 80), or unix:///PATH, plain HTTP over the
-// unix socket at PATH (Envoy's admin.address.pipe), whose requests go to /
-// with Host localhost. Other schemes are refused: every server the
-// supervisor asks is local and speaks plain HTTP.
+// readiness URL: http, a host that is an IP address or a DNS name, a port
+// from 1 to 65535 if one is given (80 if not), no credentials, and a path
+// and query without spaces, control characters or a fragment, with
+// well-formed escapes. Or unix:///PATH, plain HTTP over the unix socket at
+// PATH (Envoy's admin.address.pipe), whose requests go to / with Host
+// localhost. Other schemes are refused: every server the supervisor asks is
+// local and speaks plain HTTP. It is the one check of such a URL, the
+// flags' as well as the clients'. It is written out rather than left to
+// net/url, whose parser would be in the binary for this alone.
 func ParseURL(raw string) (URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	switch {
+	case !ok:
+		return URL{}, ErrScheme
+	case strings.EqualFold(scheme, "https"):
+		return URL{}, ErrHTTPS
+	case strings.EqualFold(scheme, "unix"):
+		// the path as given: a % in it is refused rather than unescaped
+		if !strings.HasPrefix(rest, "/") || !only([]byte(rest), cTarget) || strings.ContainsAny(rest, "?%") {
+			return URL{}, errors.New("want unix:///PATH, an absolute path")
+		}
+		return URL{Network: "unix", Addr: rest, Host: "localhost", Target: "/"}, nil
+	case !strings.EqualFold(scheme, "http"):
+		return URL{}, ErrScheme
+	}
+	authority := rest
+	target := "/"
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, target = rest[:i], rest[i:]
+		if target[0] == '?' {
+			target = "/" + target
+		}
+	}
+	path, _, _ := strings.Cut(target, "?")
+	if !only([]byte(target), cTarget) || !validEscapes([]byte(path)) {
+		return URL{}, errors.New("not a URL: a bad path")
+	}
+	if strings.Contains(authority, "@") {
+		return URL{}, errors.New("credentials in the URL are not supported")
+	}
+	host, port := authority, ""
+	if i := strings.LastIndexByte(authority, ':'); i >= 0 && !strings.Contains(authority[i:], "]") {
+		host, port = authority[:i], authority[i+1:]
+		if _, err := ParsePort(port); err != nil {
+			return URL{}, err
+		}
+	}
+	// An IPv6 address, and it alone, is in brackets.
+	h, bracketed := strings.CutPrefix(host, "[")
+	if bracketed {
+		h, bracketed = strings.CutSuffix(h, "]")
+	}
+	if bracketed != strings.Contains(host, ":") {
+		return URL{}, errors.New("not a URL: a bad IPv6 address")
+	}
+	if bracketed {
+		host = h
+	}
+	if err := CheckHost(host); err != nil {
 		return URL{}, err
 	}
-	if u.Scheme == "unix" {
-		if u.Host != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || !strings.HasPrefix(u.Path, "/") {
-			return URL{}, fmt.Errorf("%q: want unix:///PATH, an absolute path", raw)
+	if port == "" {
+		port = "80"
+	}
+	return URL{Network: "tcp", Addr: net.JoinHostPort(host, port), Host: authority, Target: target}, nil
+}
+
+// CheckHost accepts an IP address or a DNS name.
+func CheckHost(host string) error {
+	if host == "" {
+		return errors.New("no host")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if len(host) > 253 {
+		return errors.New("host name longer than 253 characters")
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
 		}
-		return URL{Network: "unix", Addr: u.Path, Host: "localhost", Target: "/"}, nil
 	}
-	if u.Scheme != "http" || u.Host == "" || u.User != nil {
-		return URL{}, fmt.Errorf("%q: want http://HOST[:PORT][/PATH]", raw)
+	return nil
+}
+
+// ParsePort reads a decimal port from 1 to 65535. Service names (":http")
+// are refused: the port is also the proxy's, for telling sockets apart.
+func ParsePort(s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
-	}
-	target := u.EscapedPath()
-	if target == "" {
-		target = "/"
-	}
-	if u.RawQuery != "" {
-		target += "?" + u.RawQuery
-	}
-	return URL{Network: "tcp", Addr: addr, Host: u.Host, Target: target}, nil
+	return uint16(n), nil
 }
 
 // Dial dials the URL's address, each dial bounded by timeout as well as by
@@ -53,10 +127,4 @@ func ParseURL(raw string) (URL, error) {
 func (u URL) Dial(timeout time.Duration) func(context.Context) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, u.Network, u.Addr) }
-}
-
-// TCP dials addr over TCP, each dial bounded by timeout as well as by its
-// context.
-func TCP(addr string, timeout time.Duration) func(context.Context) (net.Conn, error) {
-	return URL{Network: "tcp", Addr: addr}.Dial(timeout)
 }

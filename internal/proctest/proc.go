@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
 // Proc is a process a test started.
@@ -84,14 +88,10 @@ func StartWith(tb testing.TB, name string, cmd *exec.Cmd, start func() error) *P
 	return pr
 }
 
-// ExitCode is the code a shell would report for ps: the exit code, or 128+N
-// for death by signal N.
+// ExitCode is the code a shell would report for ps, as the reaper reads it:
+// the exit code, or 128+N for death by signal N.
 func ExitCode(ps *os.ProcessState) int {
-	ws := ps.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
+	return reaper.Exit{Status: unix.WaitStatus(ps.Sys().(syscall.WaitStatus))}.Code()
 }
 
 // Pid is the process's id, also its process group's.

@@ -1,4 +1,4 @@
-package reaper
+package reaper_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
 // The test binary doubles as the orphan factory: in this mode it starts n
@@ -34,9 +35,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func run(t *testing.T) *Reaper {
+func run(t *testing.T) *reaper.Reaper {
 	t.Helper()
-	r, err := New()
+	r, err := reaper.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestExitCodeMapping(t *testing.T) {
 		{unix.WaitStatus(unix.SIGQUIT) | 0x80, 131}, // core dumped
 	}
 	for _, tt := range tests {
-		if got := (Exit{Status: tt.status}).Code(); got != tt.code {
+		if got := (reaper.Exit{Status: tt.status}).Code(); got != tt.code {
 			t.Errorf("status %#x: code %d, want %d", uint32(tt.status), got, tt.code)
 		}
 	}

@@ -84,11 +84,10 @@ func (s *Supervisor) writeSummary(code int, err error) {
 // the file (the kubelet does), and opens it without blocking, so that a
 // FIFO without a reader fails at once rather than hanging the exit.
 func writeNonBlocking(path, line string) error {
-	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
+		return err
 	}
-	f := os.NewFile(uintptr(fd), path)
 	_, werr := f.WriteString(line)
 	return errors.Join(werr, f.Close())
 }

@@ -231,7 +231,7 @@ func (s *Supervisor) listen() (*control.Server, *health.Server, error) {
 	if s.cfg.HealthAddr == "" {
 		return sock, nil, nil
 	}
-	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg)
+	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg, s.log)
 	if err != nil {
 		sock.Close()
 		return nil, nil, err
