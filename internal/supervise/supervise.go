@@ -447,10 +447,13 @@ func (s *Supervisor) learnAtReady(ctx context.Context) error {
 
 // learnEnvoyPorts remembers the ports of Envoy's listeners.
 func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ports, err := s.cfg.Admin.ListenerPorts(ctx)
-	if err != nil {
+	ports, err := s.cfg.Admin.ListenerPorts(pctx)
+	switch {
+	case ctx.Err() != nil:
+		return // the group ended first: no drain will want them
+	case err != nil:
 		s.log.Warn("admin /listeners failed; Envoy's ports will be read at drain", "err", err)
 		return
 	}
