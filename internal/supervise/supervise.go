@@ -100,11 +100,14 @@ type Supervisor struct {
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 
-	// Set by Run before any actor or server runs, and not changed after.
+	// Set by Run before any actor or server runs, and not changed after:
+	// making them creates directories, subscribes to SIGCHLD and forks,
+	// none of which New may do, and the reaper and the proxy are not made
+	// at all when the records settle the job at start. The control socket
+	// is no field: it is handed to the one actor that marks it.
 	reaper *reaper.Reaper
 	book   *completion.Book
 	proc   *proxy.Process
-	sock   *control.Server
 }
 
 // New checks cfg and prepares the supervisor. It starts nothing, subscribes
@@ -192,7 +195,6 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	s.sock = sock
 	if code, stopped := s.stoppedEarly(sigs); stopped {
 		closeAll(sock, hs)
 		return code, nil
@@ -298,7 +300,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 	})
 	actor("signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) })
 	actor("tracker", s.tracker.Run)
-	actor("readiness", s.followReadiness)
+	actor("readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) })
 	actor("learn", s.learnAtReady)
 	actor("records", s.book.Watch)
 	actor("verdict", s.awaitVerdict)
@@ -370,18 +372,18 @@ func (s *Supervisor) stop(why string) {
 // lifecycle to Ready, notes Envoy's death, keeps the socket's ready mark,
 // and logs and counts the changes. What the tracker published before the
 // group's end (its status at the proxy's exit) is still acted on.
-func (s *Supervisor) followReadiness(ctx context.Context) error {
+func (s *Supervisor) followReadiness(ctx context.Context, sock *control.Server) error {
 	for {
 		changes, more := s.tracker.Changes()
 		for _, c := range changes {
-			s.readinessChanged(c)
+			s.readinessChanged(c, sock)
 		}
 		select {
 		case <-more:
 		case <-ctx.Done():
 			changes, _ := s.tracker.Changes()
 			for _, c := range changes {
-				s.readinessChanged(c)
+				s.readinessChanged(c, sock)
 			}
 			return nil
 		}
@@ -392,14 +394,14 @@ func (s *Supervisor) followReadiness(ctx context.Context) error {
 // the phase moved, before the socket's mark and before WaitReady answers
 // (announceReady): a client told the proxy is ready may send its preStop
 // or SIGTERM at once, and that must find it has been ready.
-func (s *Supervisor) readinessChanged(c envoy.Change) {
+func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 	old, now := c.Old, c.Now
 	// Refused, and logged, when a drain or a stop came first.
 	first := now.Ready && s.life.becameReady(c.At, "admin API says "+now.Reason)
 	// The socket's mark says what /v1/ready would answer at once: only
 	// Ready, not the DRAINING of our own drain that WaitReady also takes,
 	// since a mark that is missing only costs a client its request.
-	s.sock.MarkReady(now.Ready)
+	sock.MarkReady(now.Ready)
 	if first {
 		s.life.announceReady()
 	}
