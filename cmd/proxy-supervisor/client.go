@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
 )
 
 // retryEvery is how often a client tries again while no supervisor listens
@@ -199,19 +197,19 @@ func prestopOutcome(drained bool, why string, err error, timeout time.Duration) 
 		return fmt.Sprintf("no answer within --timeout %v; the supervisor's drain goes on", timeout), 0
 	case err != nil:
 		return fmt.Sprintf("the supervisor is gone: %v", err), 0
-	case why == supervise.NeverReady:
+	case why == control.NeverReady:
 		return "the proxy was never ready: nothing to drain", 0
-	case why == supervise.AlreadyStopping:
+	case why == control.AlreadyStopping:
 		return "the proxy is already stopping", 0
-	case why == string(drain.PeersCompleted):
+	case why == control.PeersCompleted:
 		return "every peer has completed: nothing to drain", 0
-	case why == string(drain.TimedOut):
+	case why == control.DrainTimedOut:
 		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
-	case strings.HasPrefix(why, supervise.Stopped+":"):
-		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, supervise.Stopped+":"))), 0
-	case why == supervise.NativeSidecar:
+	case strings.HasPrefix(why, control.Stopped+":"):
+		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, control.Stopped+":"))), 0
+	case why == control.NativeSidecar:
 		return "drain started; the kubelet's SIGTERM stops the proxy once the app has exited (native sidecar)", 0
-	case why == supervise.StillDraining:
+	case why == control.StillDraining:
 		return fmt.Sprintf("still draining after --timeout %v; the supervisor's drain goes on", timeout), 0
 	case drained:
 		return "drained", 0

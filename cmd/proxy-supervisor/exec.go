@@ -31,6 +31,9 @@ func peerFlags(f *flags) (name, dir *string, trust *uidList) {
 	return name, dir, supervisorUIDs(f)
 }
 
+// runExec is an app container's command: check the flags, take the
+// signals, mark this peer running while waiting for the proxy, then run
+// COMMAND and report its end, or report why it did not run.
 func runExec(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	f := newFlags("exec", "exec [--name NAME] [--timeout DURATION] [--control-dir DIR] -- COMMAND [ARG...]",
 		"Marks this peer running, waits until the proxy is ready, runs COMMAND (forwarding signals, reaping orphans), records its completion and exits with its code. If the proxy is not ready within --timeout it records not-ready and exits 69 without running COMMAND. When the record cannot be written (a full or read-only volume), COMMAND still runs and its completion goes over the socket alone.")
@@ -40,18 +43,9 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	if done {
 		return code
 	}
-	fail := func(code int, format string, args ...any) int {
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: "+format+"\n", args...)
-		return code
-	}
-	if len(cmdline) == 0 {
-		return fail(2, "no COMMAND given: exec [flags] -- COMMAND [ARG...]")
-	}
-	if err := peers.ValidName(*name); err != nil {
-		return fail(2, "--name: %v", err)
-	}
-	if err := positive("timeout", *timeout); err != nil {
-		return fail(2, "%v", err)
+	if err := checkExec(cmdline, *name, *timeout); err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
+		return 2
 	}
 	if f.checkOnly() {
 		return 0
@@ -67,33 +61,52 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	// signal thread (0.3 ms of every run for the seven).
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
+	rep := newReporter("exec", *dir, *name, *trust, stderr)
+	st := markAndWait(sigs, rep, peers.Open(*dir), *name, deadline, stderr)
+	if code, run := st.outcome(rep, cmdline[0], *timeout, stderr); !run {
+		return code
+	}
+
+	code, reason, err := runChild(cmdline, sigs, func() { oneP(env) })
+	if err != nil {
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
+	}
+	// The app's code is exec's code whatever becomes of the report: it is
+	// the one fact the kubelet must get right, and a success turned into a
+	// failure would make OnFailure run finished work again.
+	rep.finish(st.run, code, reason, *timeout, sigs)
+	return code
+}
+
+// checkExec checks exec's arguments; its errors are bad usage.
+func checkExec(cmdline []string, name string, timeout time.Duration) error {
+	if len(cmdline) == 0 {
+		return errors.New("no COMMAND given: exec [flags] -- COMMAND [ARG...]")
+	}
+	if err := peers.ValidName(name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	return positive("timeout", timeout)
+}
+
+// execStart is how exec's wait before COMMAND ended.
+type execStart struct {
+	run     *peers.Run // the running record; nil when there is none
+	err     error      // the record could not be begun, nor run without
+	ready   bool       // the proxy is ready
+	why     string     // why not
+	refused error      // the supervisor refused the request
+	stop    os.Signal  // a stop signal ended the wait
+}
+
+// markAndWait claims the name and marks it running while the readiness
+// request is on its way: neither needs the other, and COMMAND waits for
+// both. The supervisor creates peers/; an app that starts first waits for
+// it as part of waiting for the proxy. A stop signal ends both waits.
+func markAndWait(sigs <-chan os.Signal, rep reporter, d peers.Dir, name string, deadline time.Time, stderr io.Writer) execStart {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stopped, watched := make(chan os.Signal, 1), make(chan struct{})
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case sig := <-sigs:
-				// Only a request to stop ends the wait; a terminal's
-				// SIGWINCH or a log reopen's SIGUSR1 has no child to go to
-				// yet, and must not end the run as signaled.
-				if !isStop(sig) {
-					continue
-				}
-				stopped <- sig
-				cancel()
-			case <-ctx.Done():
-			}
-			return
-		}
-	}()
-
-	// The name is claimed and marked running while the readiness request is
-	// on its way: neither needs the other, and COMMAND waits for both. The
-	// supervisor creates peers/; an app that starts first waits for it as
-	// part of waiting for the proxy.
-	rep := newReporter("exec", *dir, *name, *trust, stderr)
+	stopped, watched := watchStops(ctx, cancel, sigs)
 	type readiness struct {
 		ok      bool
 		why     string
@@ -105,7 +118,7 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 		r.ok, r.why, r.refused = waitReady(ctx, rep.client, time.Until(deadline))
 		readyc <- r
 	}()
-	run, err := beginWhenReady(ctx, peers.Open(*dir), *name, deadline)
+	run, err := beginWhenReady(ctx, d, name, deadline)
 	var taken *peers.TakenError
 	switch {
 	case errors.As(err, &taken):
@@ -119,54 +132,75 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	case err != nil && unwritable(err):
 		// The app must not be held hostage by a volume it cannot write:
 		// run it, and report its end over the socket.
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: cannot mark %s running (%v); running without the lock that marks it running, so a restarted supervisor cannot tell this run from an earlier one, and cannot see it lost if it is killed\n", *name, err)
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: cannot mark %s running (%v); running without the lock that marks it running, so a restarted supervisor cannot tell this run from an earlier one, and cannot see it lost if it is killed\n", name, err)
 		err = nil
 	}
 	if err != nil {
 		cancel() // nothing will run: the readiness wait has no use
 	}
 	r := <-readyc
-	ok, why, refused := r.ok, r.why, r.refused
 	cancel()
 	<-watched
-	var stop os.Signal
+	st := execStart{run: run, err: err, ready: r.ok, why: r.why, refused: r.refused}
 	select {
-	case stop = <-stopped:
+	case st.stop = <-stopped:
 	default:
 	}
-	if err != nil {
-		// Nothing was marked running, so there is no record to finish.
-		if stop != nil {
-			return fail(128+int(stop.(syscall.Signal)), "%v while waiting for the supervisor: %v", stop, err)
-		}
-		return fail(peers.NotReadyCode, "%v", err)
-	}
-	if stop != nil {
-		code := 128 + int(stop.(syscall.Signal))
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", stop, cmdline[0])
-		rep.finish(run, code, peers.Signaled, 0, nil)
-		return code
-	}
-	if refused != nil {
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: the supervisor refused: %v; not running %s\n", refused, cmdline[0])
-		rep.finish(run, peers.NotReadyCode, peers.NotReady, 0, nil)
-		return peers.NotReadyCode
-	}
-	if !ok {
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", *timeout, why, cmdline[0])
-		rep.finish(run, peers.NotReadyCode, peers.NotReady, 0, nil)
-		return peers.NotReadyCode
-	}
+	return st
+}
 
-	code, reason, err := runChild(cmdline, sigs, func() { oneP(env) })
-	if err != nil {
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
+// watchStops cancels the wait at the first stop signal, and hands it on.
+func watchStops(ctx context.Context, cancel func(), sigs <-chan os.Signal) (stopped <-chan os.Signal, watched <-chan struct{}) {
+	stop, done := make(chan os.Signal, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case sig := <-sigs:
+				// Only a request to stop ends the wait; a terminal's
+				// SIGWINCH or a log reopen's SIGUSR1 has no child to go to
+				// yet, and must not end the run as signaled.
+				if !isStop(sig) {
+					continue
+				}
+				stop <- sig
+				cancel()
+			case <-ctx.Done():
+			}
+			return
+		}
+	}()
+	return stop, done
+}
+
+// outcome says whether COMMAND runs; when it does not, it reports why
+// (finishing the running record) and returns exec's code.
+func (st execStart) outcome(rep reporter, command string, timeout time.Duration, stderr io.Writer) (code int, run bool) {
+	fail := func(code int, format string, args ...any) (int, bool) {
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: "+format+"\n", args...)
+		return code, false
 	}
-	// The app's code is exec's code whatever becomes of the report: it is
-	// the one fact the kubelet must get right, and a success turned into a
-	// failure would make OnFailure run finished work again.
-	rep.finish(run, code, reason, *timeout, sigs)
-	return code
+	switch {
+	case st.err != nil && st.stop != nil:
+		// Nothing was marked running, so there is no record to finish.
+		return fail(128+int(st.stop.(syscall.Signal)), "%v while waiting for the supervisor: %v", st.stop, st.err)
+	case st.err != nil:
+		return fail(peers.NotReadyCode, "%v", st.err)
+	case st.stop != nil:
+		code := 128 + int(st.stop.(syscall.Signal))
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", st.stop, command)
+		rep.finish(st.run, code, peers.Signaled, 0, nil)
+		return code, false
+	case st.refused != nil:
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: the supervisor refused: %v; not running %s\n", st.refused, command)
+		rep.finish(st.run, peers.NotReadyCode, peers.NotReady, 0, nil)
+		return peers.NotReadyCode, false
+	case !st.ready:
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", timeout, st.why, command)
+		rep.finish(st.run, peers.NotReadyCode, peers.NotReady, 0, nil)
+		return peers.NotReadyCode, false
+	}
+	return 0, true
 }
 
 // unwritable reports whether err means that the volume takes no writes

@@ -1,18 +1,22 @@
 // Command proxy-supervisor is the entrypoint of a pod's proxy container. It
 // runs Envoy (or pilot-agent) as its child and owns the pod's proxy lifecycle:
 //
+//	init    install DIR              copy this binary into the shared volume
 //	start   supervise -- envoy ...   fork the proxy, poll its admin API every
 //	                                 10 ms until ready; serve readiness
+//	        wait                     (postStart) hold the app until ready
 //	app     exec --name job -- job   wait for ready (long-poll), run the job,
 //	                                 record its exit durably, poke the socket
-//	done    every peer completed  -> stop the proxy, exit with the job's code
+//	done    complete, or exec's end  every peer completed -> stop the proxy,
+//	                                 exit with the job's code
 //	delete  prestop / SIGTERM     -> readiness 503, drain Envoy's listeners,
 //	                                 wait for the app's ports to close and
 //	                                 Envoy's connections to reach zero (bounded)
 //	stop    /quitquitquit -> SIGTERM to the group -> SIGKILL at --stop-timeout
 //
-// The same binary is the client the app container uses (wait, exec,
-// complete, prestop, status), copied in by `install` from an init container.
+// The commands are listed in that order (commands); status and version
+// answer at any time. The same binary is the client the app container
+// uses (wait, exec, complete, prestop, status).
 package main
 
 import (
@@ -72,15 +76,17 @@ type command struct {
 	run   func(args []string, env func(string) string, stdout, stderr io.Writer) int
 }
 
+// commands are the subcommands in the order of the pod's timeline (the
+// package's doc comment), then those that answer at any time.
 func commands() []command {
 	return []command{
+		{"install", "copy this binary into DIR for app containers (an init container)", runInstall},
 		{"supervise", "run the proxy as a child and own its lifecycle (the proxy container's command)", runSupervise},
 		{"wait", "exit 0 once the proxy is ready (postStart hooks, start scripts)", runWait},
 		{"exec", "wait for the proxy, run COMMAND, record its completion, exit with its code", runExec},
 		{"complete", "record this peer's completion", runComplete},
 		{"prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},
 		{"status", "print the supervisor's state as JSON", runStatus},
-		{"install", "copy this binary into DIR for app containers (an init container)", runInstall},
 		{"version", "print the version (also: proxy-supervisor --version)", runVersion},
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
 )
 
 // The preStop hook exits 0 whenever the pod may go on terminating: a 1
@@ -23,14 +21,14 @@ func TestPrestopOutcome(t *testing.T) {
 		err     error
 		code    int
 	}{
-		{"drained", true, string(drain.Drained), nil, 0},
-		{"peers completed", true, string(drain.PeersCompleted), nil, 0},
-		{"bound reached", false, string(drain.TimedOut), nil, 0},
-		{"never ready", true, supervise.NeverReady, nil, 0},
-		{"already stopping", true, supervise.AlreadyStopping, nil, 0},
-		{"native sidecar", true, supervise.NativeSidecar, nil, 0},
-		{"still draining at --timeout", false, supervise.StillDraining, nil, 0},
-		{"supervisor stopped mid-drain", false, supervise.Stopped + ": killed by SIGSEGV (code 139)", nil, 0},
+		{"drained", true, control.Drained, nil, 0},
+		{"peers completed", true, control.PeersCompleted, nil, 0},
+		{"bound reached", false, control.DrainTimedOut, nil, 0},
+		{"never ready", true, control.NeverReady, nil, 0},
+		{"already stopping", true, control.AlreadyStopping, nil, 0},
+		{"native sidecar", true, control.NativeSidecar, nil, 0},
+		{"still draining at --timeout", false, control.StillDraining, nil, 0},
+		{"supervisor stopped mid-drain", false, control.Stopped + ": killed by SIGSEGV (code 139)", nil, 0},
 		{"no supervisor", false, "", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), 0},
 		{"socket gone", false, "", fmt.Errorf("dial: %w", syscall.ENOENT), 0},
 		{"supervisor exited mid-answer", false, "", fmt.Errorf("read: %w", syscall.ECONNRESET), 0},

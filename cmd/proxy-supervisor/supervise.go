@@ -29,121 +29,23 @@ const (
 // leave after a hook before SIGTERM.
 const graceMargin = 5 * time.Second
 
+// runSupervise is the proxy container's command: subscribe to the stop
+// signals, read and check the flags, set up the log, then supervise until
+// the proxy has exited.
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	// First of all: a SIGTERM during the start must be the supervisor's to
 	// answer (143), never Go's default (exit 2 in PID 1).
 	sigs := supervise.Subscribe()
 	defer sigs.Stop()
-	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
-		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
-	adminURL := &httpURL{val: "http://127.0.0.1:15000", what: "Envoy's admin API in the pod", unix: true}
-	f.fs.Var(adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT, or unix:///PATH for one on a unix socket (admin.address.pipe), which other containers cannot reach: readiness, drain, stop and connection counts come from it")
-	healthAddr := listenAddr(":15022")
-	f.fs.Var(&healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
-	controlDir := controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
-	peerSpec := f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
-	restart := &choice{string(peers.Never), restartNames()}
-	f.fs.Var(restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
-	onFailure := &choice{"", []string{"exit", "wait"}}
-	f.fs.Var(onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
-	native := f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does, at once when the app has gone, and preStop returns once the drain has started")
-	strict := f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
-	drainMin := f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed, and under --native-sidecar but for a restart of the sidecar while the app runs")
-	drainTimeout := f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
-	stopTimeout := f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
-	quitGrace := f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
-	gracePeriod := f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit")
-	var appPorts portList
-	f.fs.Var(&appPorts, "app-ports", "allowlist of the app's ports; when set, only these count as the app's (use it when other sidecars listen too)")
-	proxyUID := optionalUID(-1)
-	f.fs.Var(&proxyUID, "proxy-uid", "uid of the proxy; listening sockets it owns are the proxy's (1337 under Istio)")
-	var allowed uidList
-	f.fs.Var(&allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
-	inbound := f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
-	hcFail := f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
-	envoyDeath := f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
-	extraReady := &httpURL{what: readinessEndpoint}
-	f.fs.Var(extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
-	hungAfter := f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
-	termLog := f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
-	logFormat := &choice{"text", []string{"text", "json"}}
-	f.fs.Var(logFormat, "log-format", "log format: text or json")
-
+	f, o := superviseFlags()
 	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {
 		return code
 	}
-	fail := func(err error) int {
+	cfg, err := o.config(f, cmdline, env)
+	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: supervise: %v\n", err)
 		return 2
-	}
-	if len(cmdline) == 0 {
-		return fail(usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]"))
-	}
-	admin, err := envoy.NewAdmin(adminURL.val)
-	if err != nil {
-		return fail(usagef("--admin-url: %v", err))
-	}
-	healthPort, healthOn := portOf(string(healthAddr))
-	if healthOn && healthPort == admin.Port() {
-		return fail(usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", healthPort))
-	}
-	var extra *envoy.ReadyURL
-	if extraReady.val != "" {
-		if extra, err = envoy.NewReadyURL(extraReady.val); err != nil {
-			return fail(usagef("--extra-ready-url: %v", err))
-		}
-	}
-	count, names, err := peers.ParsePeers(*peerSpec)
-	if err != nil {
-		return fail(err)
-	}
-	policy, err := restartPolicy(restart.val, f.given("restart-policy", env), onFailure.val)
-	if err != nil {
-		return fail(err)
-	}
-	istio, err := istioDrain(env)
-	if err != nil {
-		return fail(err)
-	}
-	if *gracePeriod < 0 {
-		return fail(usagef("--grace-period: must not be negative"))
-	}
-	// The grace period bounds the drain unless --drain-timeout is given
-	// (docs/design.md, "Bounds").
-	derived := *gracePeriod > 0 && !f.given("drain-timeout", env)
-	if derived {
-		if *drainTimeout, err = drainFromGrace(*gracePeriod, *stopTimeout); err != nil {
-			return fail(err)
-		}
-		if *drainMin > *drainTimeout && !f.given("drain-min", env) {
-			*drainMin = *drainTimeout
-		}
-	}
-	// Istio's knobs apply only where ours were not given: a flag or its
-	// variable always wins (docs/design.md, "Istio's knobs").
-	if istio.min > 0 && !f.given("drain-min", env) {
-		*drainMin = istio.min
-		// A floor above the default ceiling would be cut short; Istio's
-		// user asked for at least that long. A grace period is a ceiling
-		// that the kubelet enforces, so it wins.
-		if *drainMin > *drainTimeout && !f.given("drain-timeout", env) && !derived {
-			*drainTimeout = *drainMin
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"drain-timeout", *drainTimeout}, {"stop-timeout", *stopTimeout}, {"quit-grace", *quitGrace}} {
-		if err := positive(d.name, d.v); err != nil {
-			return fail(err)
-		}
-	}
-	if *drainMin < 0 {
-		return fail(usagef("--drain-min: must not be negative"))
-	}
-	if *hungAfter < 0 {
-		return fail(usagef("--hung-after: must not be negative"))
 	}
 	if f.checkOnly() {
 		return 0
@@ -154,67 +56,223 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	// stop sequence with it.
 	logw := logbuf.New(stderr, logBuffer)
 	defer logw.Close(logFlush)
-	var h slog.Handler = slog.NewTextHandler(logw, nil)
-	if logFormat.val == "json" {
-		h = slog.NewJSONHandler(logw, nil)
-	}
-	log := slog.New(h)
-	if onFailure.val != "" {
-		log.Warn("--on-peer-failure is deprecated; use --restart-policy", "on_peer_failure", onFailure.val, "restart_policy", string(policy))
-	}
-	if derived {
-		log.Info("drain bound derived from the grace period", "grace_period", *gracePeriod, "stop_timeout", *stopTimeout, "margin", graceMargin, "drain_timeout", *drainTimeout)
-	}
-	if istio.min > 0 {
-		log.Info("Istio drain settings mapped", "from", istio.source, "drain_min", *drainMin, "drain_timeout", *drainTimeout)
-	}
-	if *drainMin > *drainTimeout {
-		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", *drainMin, "drain_timeout", *drainTimeout)
-	}
-	if need := *drainTimeout + *stopTimeout + graceMargin; *gracePeriod > 0 && need > *gracePeriod {
-		log.Warn("drain and stop bounds do not fit the pod's grace period; the kubelet will SIGKILL first",
-			"drain_timeout", *drainTimeout, "stop_timeout", *stopTimeout, "margin", graceMargin, "need", need, "grace_period", *gracePeriod)
-	}
+	cfg.Log = newLogger(logw, o.logFormat.val)
+	cfg.Signals = sigs
+	o.logStart(cfg.Log)
+	return supervised(cfg, logw)
+}
 
-	s, err := supervise.New(supervise.Config{
+// superviseOptions are supervise's flags, as parsed; config checks them
+// and derives the bounds they leave open.
+type superviseOptions struct {
+	adminURL, extraReady   *httpURL
+	healthAddr             listenAddr
+	controlDir, peerSpec   *string
+	restart, onFailure     *choice
+	native, strict         *bool
+	drainMin, drainTimeout *time.Duration
+	stopTimeout, quitGrace *time.Duration
+	gracePeriod, hungAfter *time.Duration
+	appPorts               portList
+	proxyUID               optionalUID
+	allowed                uidList
+	inbound, hcFail        *bool
+	envoyDeath             *bool
+	termLog                *string
+	logFormat              *choice
+
+	// Set by config, for logStart.
+	policy  peers.Restart
+	derived bool // the drain's bound comes from --grace-period
+	istio   istioSettings
+}
+
+func superviseFlags() (*flags, *superviseOptions) {
+	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
+		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
+	o := &superviseOptions{healthAddr: listenAddr(":15022"), proxyUID: optionalUID(-1)}
+	o.adminURL = &httpURL{val: "http://127.0.0.1:15000", what: "Envoy's admin API in the pod", unix: true}
+	f.fs.Var(o.adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT, or unix:///PATH for one on a unix socket (admin.address.pipe), which other containers cannot reach: readiness, drain, stop and connection counts come from it")
+	f.fs.Var(&o.healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
+	o.controlDir = controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
+	o.peerSpec = f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
+	o.restart = &choice{string(peers.Never), restartNames()}
+	f.fs.Var(o.restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
+	o.onFailure = &choice{"", []string{"exit", "wait"}}
+	f.fs.Var(o.onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
+	o.native = f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does, at once when the app has gone, and preStop returns once the drain has started")
+	o.strict = f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
+	o.drainMin = f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed, and under --native-sidecar but for a restart of the sidecar while the app runs")
+	o.drainTimeout = f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
+	o.stopTimeout = f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
+	o.quitGrace = f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
+	o.gracePeriod = f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit")
+	f.fs.Var(&o.appPorts, "app-ports", "allowlist of the app's ports; when set, only these count as the app's (use it when other sidecars listen too)")
+	f.fs.Var(&o.proxyUID, "proxy-uid", "uid of the proxy; listening sockets it owns are the proxy's (1337 under Istio)")
+	f.fs.Var(&o.allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
+	o.inbound = f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
+	o.hcFail = f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
+	o.envoyDeath = f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
+	o.extraReady = &httpURL{what: readinessEndpoint}
+	f.fs.Var(o.extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
+	o.hungAfter = f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
+	o.termLog = f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
+	o.logFormat = &choice{"text", []string{"text", "json"}}
+	f.fs.Var(o.logFormat, "log-format", "log format: text or json")
+	return f, o
+}
+
+// config checks the flags and the command line, derives the drain's
+// bounds, and returns the supervisor's config (without its log and
+// signals). Its errors are bad usage.
+func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) string) (supervise.Config, error) {
+	if len(cmdline) == 0 {
+		return supervise.Config{}, usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]")
+	}
+	admin, err := envoy.NewAdmin(o.adminURL.val)
+	if err != nil {
+		return supervise.Config{}, usagef("--admin-url: %v", err)
+	}
+	healthPort, healthOn := portOf(string(o.healthAddr))
+	if healthOn && healthPort == admin.Port() {
+		return supervise.Config{}, usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", healthPort)
+	}
+	var extra *envoy.ReadyURL
+	if o.extraReady.val != "" {
+		if extra, err = envoy.NewReadyURL(o.extraReady.val); err != nil {
+			return supervise.Config{}, usagef("--extra-ready-url: %v", err)
+		}
+	}
+	count, names, err := peers.ParsePeers(*o.peerSpec)
+	if err != nil {
+		return supervise.Config{}, err
+	}
+	if o.policy, err = restartPolicy(o.restart.val, f.given("restart-policy", env), o.onFailure.val); err != nil {
+		return supervise.Config{}, err
+	}
+	if err := o.bounds(f, env); err != nil {
+		return supervise.Config{}, err
+	}
+	return supervise.Config{
 		Command:     cmdline,
 		Admin:       admin,
-		StrictReady: *strict,
+		StrictReady: *o.strict,
 		ExtraReady:  extra,
-		HealthAddr:  string(healthAddr),
-		ControlDir:  *controlDir,
-		AllowedUIDs: allowed,
+		HealthAddr:  string(o.healthAddr),
+		ControlDir:  *o.controlDir,
+		AllowedUIDs: o.allowed,
 		Policy: peers.Policy{
 			Count:   count,
 			Names:   names,
-			Restart: policy,
-			Native:  *native,
+			Restart: o.policy,
+			Native:  *o.native,
 		},
-		QuitGrace:            *quitGrace,
-		StopTimeout:          *stopTimeout,
-		DrainMin:             *drainMin,
-		DrainTimeout:         *drainTimeout,
-		DrainInboundOnly:     *inbound,
-		DrainHealthcheckFail: *hcFail,
-		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(proxyUID), AppPorts: appPorts},
-		FailOnEnvoyDeath:     *envoyDeath,
-		HungAfter:            *hungAfter,
-		Signals:              sigs,
-		TerminationLog:       *termLog,
-		Log:                  log,
-	})
+		QuitGrace:            *o.quitGrace,
+		StopTimeout:          *o.stopTimeout,
+		DrainMin:             *o.drainMin,
+		DrainTimeout:         *o.drainTimeout,
+		DrainInboundOnly:     *o.inbound,
+		DrainHealthcheckFail: *o.hcFail,
+		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(o.proxyUID), AppPorts: o.appPorts},
+		FailOnEnvoyDeath:     *o.envoyDeath,
+		HungAfter:            *o.hungAfter,
+		TerminationLog:       *o.termLog,
+	}, nil
+}
+
+// bounds derives the drain's bounds from the grace period and Istio's
+// knobs where they were not given, and checks every bound.
+func (o *superviseOptions) bounds(f *flags, env func(string) string) error {
+	var err error
+	if o.istio, err = istioDrain(env); err != nil {
+		return err
+	}
+	if *o.gracePeriod < 0 {
+		return usagef("--grace-period: must not be negative")
+	}
+	// The grace period bounds the drain unless --drain-timeout is given
+	// (docs/design.md, "Bounds").
+	o.derived = *o.gracePeriod > 0 && !f.given("drain-timeout", env)
+	if o.derived {
+		if *o.drainTimeout, err = drainFromGrace(*o.gracePeriod, *o.stopTimeout); err != nil {
+			return err
+		}
+		if *o.drainMin > *o.drainTimeout && !f.given("drain-min", env) {
+			*o.drainMin = *o.drainTimeout
+		}
+	}
+	// Istio's knobs apply only where ours were not given: a flag or its
+	// variable always wins (docs/design.md, "Istio's knobs").
+	if o.istio.min > 0 && !f.given("drain-min", env) {
+		*o.drainMin = o.istio.min
+		// A floor above the default ceiling would be cut short; Istio's
+		// user asked for at least that long. A grace period is a ceiling
+		// that the kubelet enforces, so it wins.
+		if *o.drainMin > *o.drainTimeout && !f.given("drain-timeout", env) && !o.derived {
+			*o.drainTimeout = *o.drainMin
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"drain-timeout", *o.drainTimeout}, {"stop-timeout", *o.stopTimeout}, {"quit-grace", *o.quitGrace}} {
+		if err := positive(d.name, d.v); err != nil {
+			return err
+		}
+	}
+	if *o.drainMin < 0 {
+		return usagef("--drain-min: must not be negative")
+	}
+	if *o.hungAfter < 0 {
+		return usagef("--hung-after: must not be negative")
+	}
+	return nil
+}
+
+func newLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// logStart logs what the flags left to say: a deprecated flag, the bounds
+// derived, and bounds that do not fit together.
+func (o *superviseOptions) logStart(log *slog.Logger) {
+	if o.onFailure.val != "" {
+		log.Warn("--on-peer-failure is deprecated; use --restart-policy", "on_peer_failure", o.onFailure.val, "restart_policy", string(o.policy))
+	}
+	if o.derived {
+		log.Info("drain bound derived from the grace period", "grace_period", *o.gracePeriod, "stop_timeout", *o.stopTimeout, "margin", graceMargin, "drain_timeout", *o.drainTimeout)
+	}
+	if o.istio.min > 0 {
+		log.Info("Istio drain settings mapped", "from", o.istio.source, "drain_min", *o.drainMin, "drain_timeout", *o.drainTimeout)
+	}
+	if *o.drainMin > *o.drainTimeout {
+		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", *o.drainMin, "drain_timeout", *o.drainTimeout)
+	}
+	if need := *o.drainTimeout + *o.stopTimeout + graceMargin; *o.gracePeriod > 0 && need > *o.gracePeriod {
+		log.Warn("drain and stop bounds do not fit the pod's grace period; the kubelet will SIGKILL first",
+			"drain_timeout", *o.drainTimeout, "stop_timeout", *o.stopTimeout, "margin", graceMargin, "need", need, "grace_period", *o.gracePeriod)
+	}
+}
+
+// supervised runs the supervisor until the proxy has exited and returns
+// its exit code.
+func supervised(cfg supervise.Config, logw io.Writer) int {
+	s, err := supervise.New(cfg)
 	if err != nil {
 		fmt.Fprintf(logw, "proxy-supervisor: supervise: %v\n", err)
 		return 1
 	}
 	// A load burst must not leave its pages resident for the pod's life.
 	stopTrim := memtrim.Start(memtrim.DefaultEvery, memtrim.DefaultSlack)
-	code, err = s.Run()
+	code, err := s.Run()
 	stopTrim()
 	if err != nil {
-		log.Error("supervise", "err", err, "exit_code", code)
+		cfg.Log.Error("supervise", "err", err, "exit_code", code)
 	}
-	log.Info("supervisor exiting", "exit_code", code)
+	cfg.Log.Info("supervisor exiting", "exit_code", code)
 	return code
 }
 

@@ -510,6 +510,21 @@ type Peer struct {
 	Time     time.Time `json:"time"`
 }
 
+// Running counts the peers whose record says they still run (under exec):
+// what the drain and a native sidecar's SIGTERM ask, many times a second,
+// without the status's copy of every record.
+func (b *Book) Running() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.recs {
+		if r.Running {
+			n++
+		}
+	}
+	return n
+}
+
 // Peers returns every peer with a record, and the verdict.
 func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
 	b.mu.Lock()

@@ -248,3 +248,31 @@ func TestSettledRearmsWhenTheAppRestarts(t *testing.T) {
 		t.Fatal("SettledAt forgot the first settling")
 	}
 }
+
+// Running counts what the status lists as running, and follows a run's end.
+func TestRunningCountsRunningPeers(t *testing.T) {
+	b, d := openBook(t, peers.Policy{Count: 4})
+	var runs []*peers.Run
+	for _, name := range []string{"a", "b"} {
+		r, err := d.Begin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	t.Cleanup(func() {
+		for _, r := range runs {
+			r.Abort()
+		}
+	})
+	if err := d.Write(peers.Record{Name: "c", ExitCode: 0, Reason: peers.Exited}); err != nil {
+		t.Fatal(err)
+	}
+	watch(t, b)
+	b.Load("test")
+	if got, want := b.Running(), count(b, func(p Peer) bool { return p.Running }); got != 2 || want != 2 {
+		t.Fatalf("Running() = %d, the status lists %d running; want 2", got, want)
+	}
+	runs[0].Abort()
+	eventually(t, "one peer left running", func() bool { return b.Running() == 1 })
+}

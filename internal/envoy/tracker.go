@@ -38,12 +38,17 @@ type TrackerConfig struct {
 	// however late for readiness, still proves Envoy alive (LastAnswer):
 	// a main thread busy with a large xDS push is slow, not hung.
 	Silence time.Duration
-	// OnChange, if set, is told of every change, with the status before
-	// it and whether this is the first time the proxy is ready. It is
-	// called in order, before anyone waiting on the change is woken, so
-	// that what it updates is current for them; it must not call the
-	// Tracker.
-	OnChange func(old, now Status, first bool)
+	// Keep: the tracker keeps every change, in order, for Changes to take.
+	// A reader that must see each one (a refusal that another status
+	// followed at once, a readiness that did not last) reads them there;
+	// Status has only the latest.
+	Keep bool
+}
+
+// Change is one change of the tracker's status, and when it was seen.
+type Change struct {
+	Old, Now Status
+	At       time.Time
 }
 
 // Status is what the tracker last saw.
@@ -69,7 +74,7 @@ type Tracker struct {
 	status  Status
 	changed chan struct{} // closed at the next change, then replaced
 	gone    bool          // the proxy has exited: nothing may make it ready again
-	ever    bool          // it has been ready once
+	kept    []Change      // with Keep, the changes Changes has not taken yet
 	heard   time.Time     // the admin API's last answer, whatever it said
 }
 
@@ -101,13 +106,16 @@ func (t *Tracker) Status() (Status, <-chan struct{}) {
 	return t.status, t.changed
 }
 
-// EverReady reports whether the proxy has been ready at least once. It is
-// set together with the first ready status, so nobody sees one without the
-// other.
-func (t *Tracker) EverReady() bool {
+// Changes takes the changes kept since it was last called (TrackerConfig.Keep),
+// oldest first, and returns with them a channel that is closed at the next
+// change. It is for one reader, which calls it again once the channel is
+// closed: nothing is lost between the calls.
+func (t *Tracker) Changes() ([]Change, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.ever
+	kept := t.kept
+	t.kept = nil
+	return kept, t.changed
 }
 
 // LastAnswer is when the admin API last answered a poll, with any status;
@@ -145,12 +153,10 @@ func (t *Tracker) update(s Status) {
 	if s == t.status {
 		return
 	}
-	old, first := t.status, s.Ready && !t.ever
-	t.ever = t.ever || s.Ready
-	t.status = s
-	if t.cfg.OnChange != nil {
-		t.cfg.OnChange(old, s, first)
+	if t.cfg.Keep {
+		t.kept = append(t.kept, Change{Old: t.status, Now: s, At: time.Now()})
 	}
+	t.status = s
 	close(t.changed)
 	t.changed = make(chan struct{})
 }

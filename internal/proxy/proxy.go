@@ -2,9 +2,10 @@
 // as a child in a process group of its own, and owns its end: the stop
 // sequence that makes it exit, and the exit status that says how it ended.
 //
-// A Process moves through three states, each entered once and in order:
-// Running, Stopping (a stop was asked for) and Exited. Stop starts the
-// sequence only from Running; the exit may come in any state.
+// Where the proxy is in its life (starting, ready, stopping, exited) is the
+// supervisor's lifecycle to say; a Process keeps only what its stop needs:
+// whether a stop was asked for already, so that the sequence runs once, and
+// whether the proxy has exited.
 package proxy
 
 import (
@@ -21,27 +22,6 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
-// State is where a Process is in its life.
-type State int
-
-const (
-	Running State = iota
-	Stopping
-	Exited
-)
-
-func (s State) String() string {
-	switch s {
-	case Running:
-		return "running"
-	case Stopping:
-		return "stopping"
-	case Exited:
-		return "exited"
-	}
-	return fmt.Sprintf("State(%d)", int(s))
-}
-
 // Config is how to run the proxy and how to stop it.
 type Config struct {
 	Command []string // the proxy and its arguments
@@ -55,12 +35,7 @@ type Config struct {
 	StopTimeout time.Duration
 	// Escalated, if set, is told of every signal the stop sequence sends.
 	Escalated func(syscall.Signal)
-	// LeaderExited, if set, is called when the group's leader has exited
-	// and before what it left in its group is killed: what is still
-	// running then (an Envoy under a pilot-agent that exited) outlived the
-	// leader, and what is gone died first.
-	LeaderExited func()
-	Log          *slog.Logger
+	Log       *slog.Logger
 }
 
 // Process is a started proxy. Its methods are safe for concurrent use.
@@ -70,10 +45,8 @@ type Process struct {
 	exit <-chan reaper.Exit
 
 	mu      sync.Mutex
-	state   State
-	stopWhy string
-
-	exited chan struct{} // closed on the move to Exited
+	stopped bool          // a stop (or a kill) was asked for: the sequence is not started again
+	exited  chan struct{} // closed, under mu, once Wait has the exit
 }
 
 // StartError is a proxy that could not be started, with the code a shell
@@ -117,28 +90,21 @@ func Start(r *reaper.Reaper, cfg Config) (*Process, error) {
 // Pid is the proxy's pid, which is also its process group's id.
 func (p *Process) Pid() int { return p.pid }
 
-// State returns the process's state and, once a stop was asked for, why.
-func (p *Process) State() (State, string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.state, p.stopWhy
-}
-
-// Wait blocks until the proxy has exited and returns how. Whatever the
-// leader left behind in its group (an Envoy whose pilot-agent died) is
-// killed, so that nothing of the proxy outlives it. Call it once.
+// Wait blocks until the group's leader has exited and returns how. Call
+// it once, and Finish after it. Until Finish, what the leader left in its
+// group still runs: what runs then (an Envoy under a pilot-agent that
+// exited) outlived the leader, and what is gone died first.
 func (p *Process) Wait() reaper.Exit {
 	e := <-p.exit
 	p.mu.Lock()
-	p.state = Exited
-	p.mu.Unlock()
 	close(p.exited)
-	if p.cfg.LeaderExited != nil {
-		p.cfg.LeaderExited()
-	}
-	p.signal(syscall.SIGKILL)
+	p.mu.Unlock()
 	return e
 }
+
+// Finish kills whatever the leader left behind in its group, so that
+// nothing of the proxy outlives it.
+func (p *Process) Finish() { p.signal(syscall.SIGKILL) }
 
 // Exited is closed once the proxy has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
@@ -149,14 +115,15 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 // The sequence: Quit, then SIGTERM to the group once QuitGrace has passed
 // (a proxy whose admin API is gone), then SIGKILL at StopTimeout (a proxy
 // that hangs).
-func (p *Process) Stop(why string) bool {
+//
+// Why it stops is the caller's to log.
+func (p *Process) Stop() bool {
 	p.mu.Lock()
-	if p.state != Running {
-		p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.stopped || p.exitedWithin(0) {
 		return false
 	}
-	p.state, p.stopWhy = Stopping, why
-	p.mu.Unlock()
+	p.stopped = true
 	go p.stop()
 	return true
 }
@@ -192,12 +159,11 @@ func (p *Process) escalate(sig syscall.Signal) {
 	p.signal(sig)
 }
 
-// Kill kills the proxy's group at once, whatever stop is under way.
-func (p *Process) Kill(why string) {
+// Kill kills the proxy's group at once, whatever stop is under way; no stop
+// sequence starts after it.
+func (p *Process) Kill() {
 	p.mu.Lock()
-	if p.state == Running {
-		p.state, p.stopWhy = Stopping, why
-	}
+	p.stopped = true
 	p.mu.Unlock()
 	p.signal(syscall.SIGKILL)
 }

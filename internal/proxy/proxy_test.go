@@ -33,14 +33,18 @@ func run(t *testing.T, cfg Config) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill("test cleanup") })
+	t.Cleanup(func() { p.Kill() })
 	return p
 }
 
 func waitExit(t *testing.T, p *Process, d time.Duration) reaper.Exit {
 	t.Helper()
 	ch := make(chan reaper.Exit, 1)
-	go func() { ch <- p.Wait() }()
+	go func() {
+		e := p.Wait()
+		p.Finish()
+		ch <- e
+	}()
 	select {
 	case e := <-ch:
 		return e
@@ -112,20 +116,17 @@ func TestStopEscalates(t *testing.T) {
 			at = append(at, time.Since(began))
 		},
 	})
-	if st, _ := p.State(); st != Running {
-		t.Fatalf("state %v after Start", st)
+	if p.exitedWithin(0) {
+		t.Fatal("exited after Start")
 	}
 	mu.Lock()
 	began = time.Now()
 	mu.Unlock()
-	if !p.Stop("test") {
+	if !p.Stop() {
 		t.Fatal("Stop of a running proxy did not start the sequence")
 	}
-	if p.Stop("again") {
+	if p.Stop() {
 		t.Error("a second Stop started another sequence")
-	}
-	if st, why := p.State(); st != Stopping || why != "test" {
-		t.Errorf("state %v (%q); want stopping (test)", st, why)
 	}
 	e := waitExit(t, p, timeout+5*time.Second)
 	if e.Code() != 137 {
@@ -149,10 +150,10 @@ func TestStopEscalates(t *testing.T) {
 			t.Errorf("%s %v after the stop request; want %v to %v", b.what, b.at, b.lo, b.hi)
 		}
 	}
-	if st, _ := p.State(); st != Exited {
-		t.Errorf("state %v after the exit", st)
+	if !p.exitedWithin(0) {
+		t.Error("Exited not closed after the exit")
 	}
-	if p.Stop("after exit") {
+	if p.Stop() {
 		t.Error("Stop after the exit started a sequence")
 	}
 }
@@ -169,7 +170,7 @@ func TestStopByQuit(t *testing.T) {
 		Escalated:   func(syscall.Signal) { escalated.Store(true) },
 	})
 	pid <- p.Pid()
-	p.Stop("test")
+	p.Stop()
 	if e := waitExit(t, p, 5*time.Second); e.Code() != 128+int(syscall.SIGINT) {
 		t.Errorf("exit %v", e)
 	}
@@ -178,7 +179,7 @@ func TestStopByQuit(t *testing.T) {
 	}
 }
 
-// Wait kills what the leader left in its group.
+// Finish, after Wait, kills what the leader left in its group.
 func TestWaitKillsTheGroup(t *testing.T) {
 	p := run(t, Config{Command: []string{"/bin/sh", "-c", "sleep 60 & exit 3"}})
 	if e := waitExit(t, p, 5*time.Second); e.Code() != 3 {

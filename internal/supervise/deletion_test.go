@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // testWindow is the deletion window of the in-process tests: long enough
@@ -29,7 +29,7 @@ func TestDeletionRace(t *testing.T) {
 	}{
 		{"preStop within the window", func(h *harness) {
 			ok, why := h.s.Drain(context.Background())
-			if !ok || why != string(drain.PeersCompleted) {
+			if !ok || why != control.PeersCompleted {
 				h.t.Errorf("preStop = %v, %q; want drained at once, every peer having completed", ok, why)
 			}
 		}, 0, "preStop"},
@@ -87,8 +87,8 @@ func TestPreStopBeforeReadyReturnsAtOnce(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	ok, why := h.s.Drain(ctx)
-	if !ok || why != NeverReady || time.Since(start) > time.Second {
-		t.Fatalf("preStop before ready = %v, %q after %v; want at once, %q", ok, why, time.Since(start), NeverReady)
+	if !ok || why != control.NeverReady || time.Since(start) > time.Second {
+		t.Fatalf("preStop before ready = %v, %q after %v; want at once, %q", ok, why, time.Since(start), control.NeverReady)
 	}
 	if s := h.status(); s.State != "starting" || s.Draining {
 		t.Fatalf("after the preStop: state %q, draining %v; want starting and no drain", s.State, s.Draining)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
@@ -195,7 +196,7 @@ func TestDrainSharedAndBoundedWait(t *testing.T) {
 	if err != nil {
 		t.Fatalf("POST /v1/drain: %v", err)
 	}
-	if ok || !strings.Contains(why, StillDraining) {
+	if ok || !strings.Contains(why, control.StillDraining) {
 		t.Fatalf("POST /v1/drain?wait=100ms = %v, %q; want not drained yet", ok, why)
 	}
 	h.signal(syscall.SIGTERM)

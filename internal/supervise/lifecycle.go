@@ -59,10 +59,11 @@ type drainRun struct {
 	thenStop bool
 }
 
-// lifecycle is the one owner of the supervisor's phase, of the events that
-// fix its exit code and of the termination's drain. move is the only writer
-// of the phase; every reader (the status, the state gauge, /healthz/ready,
-// the logs) goes through it.
+// lifecycle is the one owner of the supervisor's phase, of the exit code
+// and of the termination's drain. move is the only writer of the phase;
+// every reader (the status, the state gauge, /healthz/ready, the logs) goes
+// through it. record is the only writer of the code, which it fixes once,
+// when the first decisive event arrives: a read is a field, not a replay.
 type lifecycle struct {
 	log     *slog.Logger
 	onPhase func(Phase) // told of every move, in order (the state gauge)
@@ -70,15 +71,25 @@ type lifecycle struct {
 	mu        sync.Mutex
 	phase     Phase
 	why       string    // what caused the last move
-	events    []Event   // up to and including the first decisive one
 	drain     *drainRun // nil until the drain starts
 	envoyDown time.Time // when a ready Envoy stopped answering, unasked
 	readyAt   time.Time // when the proxy was first ready
-	decidedAt time.Time // when an event first fixed the exit code
+	decision  decision  // the exit code, once an event has fixed it
+
+	readied chan struct{} // closed once the first readiness is noted and announced
+}
+
+// decision is the exit code the first decisive event fixed, why, and when.
+// The zero value is no decision yet.
+type decision struct {
+	code    int
+	why     string
+	decided bool
+	at      time.Time
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started"}
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -104,34 +115,73 @@ func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 	return from, true
 }
 
-// record adds an event. Once one has fixed the exit code the rest are
-// dropped: they could change nothing, and a signal storm must not grow the
-// list.
+// record takes an event. The first decisive one fixes the exit code (as
+// ExitCode would over the whole sequence); the rest change nothing and are
+// dropped, so a signal storm costs no memory.
 func (l *lifecycle) record(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, _, fixed := ExitCode(l.events); !fixed {
-		l.events = append(l.events, e)
-		if _, _, fixed := decide(e); fixed {
-			l.decidedAt = time.Now()
-		}
+	if l.decision.decided {
+		return
+	}
+	if code, why, ok := decide(e); ok {
+		l.decision = decision{code: code, why: why, decided: true, at: time.Now()}
 	}
 }
 
-// noteReady records when the proxy was first ready.
-func (l *lifecycle) noteReady(at time.Time) {
+// becameReady records the proxy's first readiness: when, and the move to
+// Ready, refused (and logged) when a drain or a stop came first. It
+// reports whether this was the first; only then does the caller announce
+// it (announceReady), once it has told whoever must know before the app.
+func (l *lifecycle) becameReady(at time.Time, why string) (first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.readyAt.IsZero() {
-		l.readyAt = at
+	if !l.readyAt.IsZero() {
+		return false
 	}
+	l.readyAt = at
+	l.moveLocked(Ready, why)
+	return true
+}
+
+// announceReady wakes whoever waits for the first readiness (readiedCh).
+// Call it once, after becameReady said first.
+func (l *lifecycle) announceReady() { close(l.readied) }
+
+// readiedCh is closed once the first readiness is noted and announced:
+// from then on a SIGTERM or a preStop finds the proxy has been ready, and
+// a status request finds the phase past Starting.
+func (l *lifecycle) readiedCh() <-chan struct{} { return l.readied }
+
+// everReady reports whether the proxy has been ready: the one answer to
+// that, which the exit code of a SIGTERM or a preStop depends on.
+func (l *lifecycle) everReady() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.readyAt.IsZero()
 }
 
 // exitCode is the code the events so far fix, and the event that fixed it.
 func (l *lifecycle) exitCode() (code int, why string, fixed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ExitCode(l.events)
+	return l.decision.code, l.decision.why, l.decision.decided
+}
+
+// current is the phase and what caused the move to it: all that most
+// readers (every probe) want.
+func (l *lifecycle) current() (Phase, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.phase, l.why
+}
+
+// draining reports whether the termination's drain has started; it stays
+// true while stopping.
+func (l *lifecycle) draining() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.drain != nil
 }
 
 // beginDrain starts the termination's drain, moving to Draining, or joins
@@ -185,9 +235,12 @@ type view struct {
 func (l *lifecycle) view() view {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v := view{phase: l.phase, why: l.why, draining: l.drain != nil, envoyDown: l.envoyDown, readyAt: l.readyAt, decidedAt: l.decidedAt}
-	v.code, v.decidedBy, v.decided = ExitCode(l.events)
-	return v
+	d := l.decision
+	return view{
+		phase: l.phase, why: l.why, draining: l.drain != nil,
+		code: d.code, decidedBy: d.why, decided: d.decided,
+		envoyDown: l.envoyDown, readyAt: l.readyAt, decidedAt: d.at,
+	}
 }
 
 // DefaultDeletionWindow is how long a peer killed by SIGTERM waits for the

@@ -205,8 +205,8 @@ func (h *harness) waitReady() {
 		h.t.Fatalf("proxy not ready: %s", why)
 	}
 	// What makes a SIGTERM a clean exit.
-	if !h.s.tracker.EverReady() {
-		h.t.Fatal("WaitReady said ready, but the tracker was never ready")
+	if !h.s.life.everReady() {
+		h.t.Fatal("WaitReady said ready, but the lifecycle was never ready")
 	}
 }
 

@@ -66,7 +66,7 @@ func (s *Supervisor) nativeTerminate(name string) {
 // (another sidecar's port). A scan that fails says nothing: the app counts
 // as gone, since a native SIGTERM while it runs is the rare case.
 func (s *Supervisor) appAlive() (bool, string) {
-	if n := s.peersRunning(); n > 0 {
+	if s.book.Running() > 0 {
 		return true, "a peer runs under exec"
 	}
 	if isClosed(s.book.Settled()) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
@@ -38,8 +39,8 @@ func TestNativeSigtermAfterTheAppStopsAtOnce(t *testing.T) {
 				// the kubelet holds the SIGTERM until the app has exited.
 				ln := h.listenApp()
 				start := time.Now()
-				if ok, why := h.s.Drain(context.Background()); !ok || why != NativeSidecar {
-					t.Fatalf("Drain = %v, %q; want true, %q", ok, why, NativeSidecar)
+				if ok, why := h.s.Drain(context.Background()); !ok || why != control.NativeSidecar {
+					t.Fatalf("Drain = %v, %q; want true, %q", ok, why, control.NativeSidecar)
 				}
 				if d := time.Since(start); d > 3*time.Second { // against a --drain-min of a minute
 					t.Errorf("the preStop took %v with the app listening; want it at once", d)

@@ -107,14 +107,14 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		s.life.record(Event{Kind: Signal, Signal: sig})
 		s.life.move(Stopping, "SIGQUIT")
 		s.log.Warn("killing the proxy's group at once", "reason", name, "pgid", s.proc.Pid())
-		s.proc.Kill(name)
+		s.proc.Kill()
 		s.book.Unwatch()
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its
 		// handlers are installed; before that the signal kills it. Sent to
 		// the group, it reaches Envoy under pilot-agent too, which
 		// pilot-agent itself never forwards.
-		if !s.tracker.EverReady() {
+		if !s.life.everReady() {
 			s.log.Warn("SIGUSR1 dropped: the proxy has not been ready yet, and Envoy dies of it before its handlers are installed")
 			return
 		}
@@ -131,7 +131,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 // proxy was ever ready there is nothing to drain, and it stops at once.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	name := unix.SignalName(sig)
-	ready := s.tracker.EverReady()
+	ready := s.life.everReady()
 	s.life.record(Event{Kind: Signal, Signal: sig, EverReady: ready})
 	if !ready {
 		s.stop(name + " before the proxy was ever ready")

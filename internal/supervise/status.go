@@ -7,6 +7,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 )
 
 // The control socket's backend (control.Backend) and the health server's
@@ -21,8 +22,16 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		st, changed := s.tracker.Status()
 		// DRAINING during our drain is our own /healthcheck/fail
 		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
-		if st.Ready || st.Reason == "DRAINING" && s.life.view().draining {
-			return true, ""
+		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
+			// The tracker tells first, and the readiness actor an instant
+			// later: the app's SIGTERM or preStop that follows this answer
+			// must find the proxy has been ready.
+			select {
+			case <-s.life.readiedCh():
+				return true, ""
+			case <-ctx.Done():
+				return false, "proxy ready, not yet noted"
+			}
 		}
 		select {
 		case <-changed:
@@ -53,52 +62,56 @@ func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	ready := s.tracker.EverReady()
+	ready := s.life.everReady()
 	s.life.record(Event{Kind: PreStop, EverReady: ready})
 	if !ready {
 		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
-		return true, NeverReady
+		return true, control.NeverReady
 	}
 	run := s.drain("preStop", false)
 	if run == nil {
-		return true, AlreadyStopping
+		return true, control.AlreadyStopping
 	}
 	if s.cfg.Policy.Native {
 		// The kubelet holds a native sidecar's SIGTERM until the app has
 		// exited: waiting here too would only put it off (see native.go).
-		return true, NativeSidecar
+		return true, control.NativeSidecar
 	}
 	select {
 	case <-run.done:
-		return run.result.OK(), string(run.result.End)
+		return run.result.OK(), drainWord(run.result.End)
 	case <-ctx.Done():
 		// The server ends the request's ctx when the supervisor stops (the
 		// proxy exited mid-drain): that is no drain going on.
-		if v := s.life.view(); v.phase == Stopping || v.phase == Exited {
-			return false, Stopped + ": " + v.why
+		if p, why := s.life.current(); p == Stopping || p == Exited {
+			return false, control.Stopped + ": " + why
 		}
-		return false, StillDraining
+		return false, control.StillDraining
 	}
 }
 
-// What Drain answers besides the drain's own end (drain.End).
-const (
-	NeverReady      = "never-ready"      // the proxy was never ready: nothing to drain
-	AlreadyStopping = "already-stopping" // the proxy is stopping or gone
-	StillDraining   = "still-draining"   // the request's wait ended first
-	Stopped         = "stopped"          // the supervisor stopped before the drain ended; ": why" follows
-	NativeSidecar   = "native-sidecar"   // the drain started; the kubelet's SIGTERM, once the app has exited, stops the proxy
-)
+// drainWord is the wire word (control's) for how a drain ended.
+func drainWord(e drain.End) string {
+	switch e {
+	case drain.Drained:
+		return control.Drained
+	case drain.TimedOut:
+		return control.DrainTimedOut
+	case drain.PeersCompleted:
+		return control.PeersCompleted
+	}
+	return string(e)
+}
 
 // healthReady is what /healthz/ready answers: ready, and not draining or
 // stopping, since a pod on its way out must leave the endpoints.
 func (s *Supervisor) healthReady() (bool, string) {
 	st, _ := s.tracker.Status()
-	v := s.life.view()
+	p, why := s.life.current()
 	switch {
-	case v.phase == Stopping || v.phase == Exited:
-		return false, v.phase.String() + ": " + v.why
-	case v.phase == Draining:
+	case p == Stopping || p == Exited:
+		return false, p.String() + ": " + why
+	case p == Draining:
 		return false, "draining"
 	case !st.Ready:
 		return false, st.Reason
@@ -112,7 +125,7 @@ func (s *Supervisor) healthReady() (bool, string) {
 // business), draining or stopping (a restart then would cut the drain
 // short, and the stop is bounded anyway).
 func (s *Supervisor) healthLive() (bool, string) {
-	if s.life.view().phase != Ready {
+	if p, _ := s.life.current(); p != Ready {
 		return true, ""
 	}
 	hung, why := s.hung()

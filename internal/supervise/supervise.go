@@ -100,11 +100,14 @@ type Supervisor struct {
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 
-	// Set by Run before any actor or server runs, and not changed after.
+	// Set by Run before any actor or server runs, and not changed after:
+	// making them creates directories, subscribes to SIGCHLD and forks,
+	// none of which New may do, and the reaper and the proxy are not made
+	// at all when the records settle the job at start. The control socket
+	// is no field: it is handed to the one actor that marks it.
 	reaper *reaper.Reaper
 	book   *completion.Book
 	proc   *proxy.Process
-	sock   *control.Server
 }
 
 // New checks cfg and prepares the supervisor. It starts nothing, subscribes
@@ -137,7 +140,7 @@ func New(cfg Config) (*Supervisor, error) {
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
 		Silence:    cfg.HungAfter, // liveness waits that long for an answer
-		OnChange:   s.readinessChanged,
+		Keep:       true,          // every change, for followReadiness
 	})
 	return s, nil
 }
@@ -192,19 +195,17 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	s.sock = sock
 	if code, stopped := s.stoppedEarly(sigs); stopped {
 		closeAll(sock, hs)
 		return code, nil
 	}
 	s.proc, err = proxy.Start(s.reaper, proxy.Config{
-		Command:      s.cfg.Command,
-		Quit:         func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
-		QuitGrace:    s.cfg.QuitGrace,
-		StopTimeout:  s.cfg.StopTimeout,
-		Escalated:    s.m.escalated,
-		LeaderExited: s.checkEnvoyAtExit,
-		Log:          s.log,
+		Command:     s.cfg.Command,
+		Quit:        func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
+		QuitGrace:   s.cfg.QuitGrace,
+		StopTimeout: s.cfg.StopTimeout,
+		Escalated:   s.m.escalated,
+		Log:         s.log,
 	})
 	if err != nil {
 		closeAll(sock, hs)
@@ -299,6 +300,8 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 	})
 	actor("signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) })
 	actor("tracker", s.tracker.Run)
+	actor("readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) })
+	actor("learn", s.learnAtReady)
 	actor("records", s.book.Watch)
 	actor("verdict", s.awaitVerdict)
 	add("control socket", sock.Serve, func(error) { sock.Close() })
@@ -312,6 +315,8 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 // waitProxy is the actor whose end ends the group.
 func (s *Supervisor) waitProxy() error {
 	e := s.proc.Wait()
+	s.checkEnvoyAtExit()
+	s.proc.Finish()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
@@ -340,7 +345,7 @@ const envoyProbeMax = 50 * time.Millisecond
 // tracker has usually not seen the admin port refuse: a port that refuses
 // now says Envoy died first, and the exit is logged as its death.
 func (s *Supervisor) checkEnvoyAtExit() {
-	if s.tracker.EverReady() {
+	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
 		if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
@@ -358,24 +363,52 @@ func (s *Supervisor) stop(why string) {
 		return
 	}
 	s.log.Info("stop requested", "reason", why)
-	s.proc.Stop(why)
+	s.proc.Stop()
 	s.book.Unwatch()
 }
 
-// readinessChanged is the tracker's OnChange: it moves the lifecycle to
-// Ready the first time the proxy is ready, and logs and counts every change
-// of readiness. The tracker calls it before it wakes anyone waiting for
-// readiness, so that a SIGTERM or a status request that follows /v1/ready
-// finds the lifecycle in Ready.
-func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
+// followReadiness is the actor that acts on the tracker's changes of
+// readiness, every one and in order: it is the one place that moves the
+// lifecycle to Ready, notes Envoy's death, keeps the socket's ready mark,
+// and logs and counts the changes. What the tracker published before the
+// group's end (its status at the proxy's exit) is still acted on.
+func (s *Supervisor) followReadiness(ctx context.Context, sock *control.Server) error {
+	for {
+		changes, more := s.tracker.Changes()
+		for _, c := range changes {
+			s.readinessChanged(c, sock)
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			changes, _ := s.tracker.Changes()
+			for _, c := range changes {
+				s.readinessChanged(c, sock)
+			}
+			return nil
+		}
+	}
+}
+
+// readinessChanged acts on one change. The first readiness is noted, and
+// the phase moved, before the socket's mark and before WaitReady answers
+// (announceReady): a client told the proxy is ready may send its preStop
+// or SIGTERM at once, and that must find it has been ready.
+func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
+	old, now := c.Old, c.Now
+	// Refused, and logged, when a drain or a stop came first.
+	first := now.Ready && s.life.becameReady(c.At, "admin API says "+now.Reason)
 	// The socket's mark says what /v1/ready would answer at once: only
 	// Ready, not the DRAINING of our own drain that WaitReady also takes,
 	// since a mark that is missing only costs a client its request.
-	s.sock.MarkReady(now.Ready)
+	sock.MarkReady(now.Ready)
+	if first {
+		s.life.announceReady()
+	}
 	// Envoy's death can show after another reason for not being ready (a
 	// connection reset mid-request), so it is noted whenever it appears.
 	if now.Down && !old.Down {
-		s.life.noteEnvoyDown(time.Now())
+		s.life.noteEnvoyDown(c.At)
 	}
 	if now.Ready == old.Ready {
 		return
@@ -383,16 +416,11 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
-		s.life.noteReady(time.Now())
-		s.log.Info("proxy ready", "after", time.Since(s.start).Round(time.Millisecond))
-		// Refused, and logged, when a drain or a stop came first.
-		s.life.move(Ready, "admin API says "+now.Reason)
-		go s.learnEnvoyPorts()
-		go s.learnDrainCall()
+		s.log.Info("proxy ready", "after", c.At.Sub(s.start).Round(time.Millisecond))
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
-		if s.life.view().phase < Stopping {
+		if p, _ := s.life.current(); p < Stopping {
 			s.log.Warn("proxy not ready", "reason", now.Reason)
 		} else {
 			s.log.Info("proxy no longer ready", "reason", now.Reason)
@@ -400,13 +428,34 @@ func (s *Supervisor) readinessChanged(old, now envoy.Status, first bool) {
 	}
 }
 
-// learnEnvoyPorts remembers the ports of Envoy's listeners once it is ready,
-// so that a drain knows them even if the admin API is slow by then.
-func (s *Supervisor) learnEnvoyPorts() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// learnAtReady is the actor that, once the proxy is first ready, learns
+// what a drain will need from Envoy (its listeners' ports, and the drain
+// call its release takes), so that a drain has it even if the admin API is
+// slow by then. It then waits for the group's end, since its own would end
+// the group.
+func (s *Supervisor) learnAtReady(ctx context.Context) error {
+	select {
+	case <-s.life.readiedCh():
+	case <-ctx.Done():
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.learnEnvoyPorts(ctx) })
+	wg.Go(func() { s.chosenDrainCall() })
+	wg.Wait()
+	<-ctx.Done()
+	return nil
+}
+
+// learnEnvoyPorts remembers the ports of Envoy's listeners.
+func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ports, err := s.cfg.Admin.ListenerPorts(ctx)
-	if err != nil {
+	ports, err := s.cfg.Admin.ListenerPorts(pctx)
+	switch {
+	case ctx.Err() != nil:
+		return // the group ended first: no drain will want them
+	case err != nil:
 		s.log.Warn("admin /listeners failed; Envoy's ports will be read at drain", "err", err)
 		return
 	}

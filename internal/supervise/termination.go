@@ -61,7 +61,7 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 	}
 	// A drain under way (a pod deletion) is not cut short: another peer may
 	// still be finishing through the proxy. Its end stops the proxy.
-	if s.life.view().draining && s.drain(why, true) != nil {
+	if s.life.draining() && s.drain(why, true) != nil {
 		return
 	}
 	s.stop(why)
@@ -121,7 +121,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		Timeout:         s.cfg.DrainTimeout,
 		Call:            s.chosenDrainCall(),
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
-		Running:         s.peersRunning,
+		Running:         s.book.Running,
 		Tick:            s.cfg.Intervals.DrainTick,
 		StatsEvery:      s.cfg.Intervals.DrainStats,
 		Progress:        s.cfg.Intervals.DrainProgress,
@@ -151,24 +151,6 @@ func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
 	cfg.Recheck = true
 	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
 	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
-}
-
-// peersRunning counts the peers that still run under exec.
-func (s *Supervisor) peersRunning() int {
-	ps, _ := s.book.Peers()
-	n := 0
-	for _, p := range ps {
-		if p.Running {
-			n++
-		}
-	}
-	return n
-}
-
-// learnDrainCall reads Envoy's release once it is ready and chooses the
-// drain's call for it, saying once what that release gives and gives up.
-func (s *Supervisor) learnDrainCall() {
-	s.chosenDrainCall()
 }
 
 // chosenDrainCall is the drain call learned at ready, or, if that has not
