@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The tracker hears of readiness first, and the readiness actor acts on it
