@@ -34,9 +34,10 @@ const graceMargin = 5 * time.Second
 // the proxy has exited.
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	// First of all: a SIGTERM during the start must be the supervisor's to
-	// answer (143), never Go's default (exit 2 in PID 1).
+	// answer (143), never Go's default (exit 2 in PID 1). Never stopped: a
+	// signal between a Stop and the process's exit would meet that default
+	// and replace the decided exit code.
 	sigs := supervise.Subscribe()
-	defer sigs.Stop()
 	f, o := superviseFlags()
 	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {

@@ -69,8 +69,9 @@ type Config struct {
 	TerminationLog string
 
 	// Signals are the subscriptions the command made first thing
-	// (Subscribe), so that no signal of its start meets Go's default; nil:
-	// Run subscribes.
+	// (Subscribe), so that no signal of its start meets Go's default, and
+	// which it ends (or never ends, in a process that exits after Run); nil:
+	// Run subscribes, and ends its own when it returns.
 	Signals *Signals
 
 	Intervals Intervals
@@ -154,12 +155,12 @@ func (s *Supervisor) Run() (int, error) {
 	// subscribed while the summary is written: a signal with no
 	// subscription gets Go's default action, which for SIGTERM is to exit
 	// at once (2 in PID 1) and, once the proxy is forked, to leave it
-	// unsupervised.
+	// unsupervised. Subscriptions given in Config are the caller's to end.
 	sigs := s.cfg.Signals
 	if sigs == nil {
 		sigs = Subscribe()
+		defer sigs.Stop()
 	}
-	defer sigs.Stop()
 	code, err := s.run(sigs)
 	s.writeSummary(code, err)
 	return code, err
