@@ -1,7 +1,9 @@
 package drain
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,19 +43,63 @@ func TestChooseCall(t *testing.T) {
 }
 
 // A drain whose release gets no call makes none, and still waits for the
-// app and ends drained.
+// app and ends drained: a release known to take none, and one never read.
 func TestDrainWithoutACall(t *testing.T) {
 	t.Parallel()
-	a, s := &fakeAdmin{}, &fakeScanner{}
-	cfg := config(a, s, nil)
-	cfg.Min, cfg.Call = 0, ChooseCall(envoy.Version{}, false, true)
-	r := within(t, start(cfg, nil), 5*time.Second)
-	if r.End != Drained {
-		t.Fatalf("end %q", r.End)
+	for _, known := range []bool{true, false} {
+		a, s := &fakeAdmin{}, &fakeScanner{}
+		cfg := config(a, s, nil)
+		cfg.Min, cfg.Call = 0, callFor(ChooseCall(envoy.Version{Major: 1, Minor: 31}, known, true), known)
+		r := within(t, start(cfg, nil), 5*time.Second)
+		if r.End != Drained {
+			t.Fatalf("known %v: end %q", known, r.End)
+		}
+		a.mu.Lock()
+		if len(a.posts) != 0 {
+			t.Errorf("known %v: posts %v; want none", known, a.posts)
+		}
+		a.mu.Unlock()
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.posts) != 0 {
-		t.Errorf("posts %v; want none", a.posts)
+}
+
+// A release that could not be read when the drain started is asked again
+// at each retry, and once read gets its call: one slow /server_info must
+// not leave inbound connections unhinted for the whole drain.
+func TestDrainAsksTheReleaseAgain(t *testing.T) {
+	t.Parallel()
+	a, s := &fakeAdmin{}, &fakeScanner{ports: []uint16{8080}}
+	clock := newClock()
+	cfg := config(a, s, clock)
+	var mu sync.Mutex
+	asked := 0
+	cfg.Call = func(context.Context) (Call, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked++; asked < 3 {
+			return ChooseCall(envoy.Version{}, false, true), false
+		}
+		return ChooseCall(envoy.Version{Major: 1, Minor: 36}, true, true), true
+	}
+	done := start(cfg, nil)
+	posted := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.posts)
+	}
+	for i := 0; i < 5 && posted() == 0; i++ {
+		clock.advance(t, DefaultProgress)
+	}
+	if n := posted(); n != 1 {
+		t.Fatalf("%d posts after 5 retries with the release read at the third; want 1", n)
+	}
+	mu.Lock()
+	if asked != 3 {
+		t.Errorf("the release was asked %d times; want 3 (then no more once the call is made)", asked)
+	}
+	mu.Unlock()
+	s.close()
+	clock.advance(t, cfg.Min+DefaultQuiet)
+	if r := within(t, done, 5*time.Second); r.End != Drained {
+		t.Errorf("end %q, want drained", r.End)
 	}
 }

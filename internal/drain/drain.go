@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
@@ -85,9 +86,13 @@ type Config struct {
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
 
-	// Call is the /drain_listeners request, chosen for Envoy's release
-	// (ChooseCall); without flags the drain makes none.
-	Call Call
+	// Call chooses the /drain_listeners request for Envoy's release
+	// (ChooseCall), within ctx; known false: the release is not known
+	// (yet), and the call is ChooseCall's for an unknown one. While that
+	// is no call at all, the drain asks again at each retry (Progress), so
+	// that a release read late, past one slow /server_info, still gets its
+	// call. Nil: no call.
+	Call func(ctx context.Context) (c Call, known bool)
 	// HealthcheckFail also POSTs /healthcheck/fail, for edge proxies that
 	// load balancers health-check through Envoy. It makes Envoy hint every
 	// connection to close, outbound ones included, while the app may still
@@ -150,7 +155,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		d.listenersDrained = true
 		d.cfg.Min = 0
 	} else {
-		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout, "call", cfg.Call.String())
+		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
 	}
 	if cfg.HealthcheckFail && !cfg.Recheck {
 		ctx, cancel := d.callCtx(deadline)
@@ -172,8 +177,9 @@ type drainer struct {
 	now     func() time.Time
 	exclude []uint16
 
-	listenersDrained bool      // Envoy accepted /drain_listeners
-	lastClose        time.Time // when a close the Watch reported was last acted on
+	listenersDrained   bool      // Envoy accepted /drain_listeners, or this release takes none
+	releaseUnknownSaid bool      // the wait for a release to choose the call by was logged
+	lastClose          time.Time // when a close the Watch reported was last acted on
 }
 
 func newDrainer(cfg Config) *drainer {
@@ -255,9 +261,15 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			// first try must not leave Envoy undrained for the whole
 			// termination.
 			lastDrainTry = d.now()
-			if err := d.drainListeners(deadline); err != nil {
+			switch err := d.drainListeners(deadline); {
+			case errors.Is(err, errReleaseUnknown):
+				if !d.releaseUnknownSaid {
+					d.releaseUnknownSaid = true
+					d.cfg.Log.Warn("no drain call while Envoy's release is unknown; asking again", "every", d.cfg.Progress)
+				}
+			case err != nil:
 				d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
-			} else {
+			default:
 				d.listenersDrained = true
 			}
 		}
@@ -387,14 +399,33 @@ func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 	return attrs
 }
 
-// drainListeners makes the drain's /drain_listeners call, if it has one.
+// errReleaseUnknown: no call yet, since the one an unknown release gets
+// is none, and the release may still be read.
+var errReleaseUnknown = errors.New("Envoy's release unknown")
+
+// drainListeners makes the drain's /drain_listeners call for Envoy's
+// release, if that release has one.
 func (d *drainer) drainListeners(deadline time.Time) error {
-	if d.cfg.Call.Flags == nil {
+	if d.cfg.Call == nil {
 		return nil
 	}
 	ctx, cancel := d.callCtx(deadline)
+	call, known := d.cfg.Call(ctx)
+	cancel()
+	if call.Flags == nil {
+		if !known {
+			return errReleaseUnknown
+		}
+		d.cfg.Log.Info("listeners left undrained: this release's drain call is none", "gives_up", strings.Join(call.GivesUp, "; "))
+		return nil
+	}
+	ctx, cancel = d.callCtx(deadline)
 	defer cancel()
-	return d.cfg.Admin.Post(ctx, "/drain_listeners", d.cfg.Call.Flags...)
+	if err := d.cfg.Admin.Post(ctx, "/drain_listeners", call.Flags...); err != nil {
+		return err
+	}
+	d.cfg.Log.Info("listeners drained", "call", call.String())
+	return nil
 }
 
 // appPorts lists the ports the app still listens on.

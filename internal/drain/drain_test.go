@@ -110,7 +110,7 @@ func config(a *fakeAdmin, s *fakeScanner, clock *fakeClock) Config {
 		Owner:   portwatch.Owner{AdminPort: 15000, HealthPort: 15022, ProxyUID: -1},
 		Min:     5 * time.Second,
 		Timeout: 20 * time.Second,
-		Call:    ChooseCall(envoy.Version{Major: 1, Minor: 36}, true, true),
+		Call:    callFor(ChooseCall(envoy.Version{Major: 1, Minor: 36}, true, true), true),
 		Tick:    time.Millisecond,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -118,6 +118,11 @@ func config(a *fakeAdmin, s *fakeScanner, clock *fakeClock) Config {
 		c.Clock, c.Tick = clock, 0 // the default pacing, stepped through
 	}
 	return c
+}
+
+// callFor is a Config.Call that always answers c.
+func callFor(c Call, known bool) func(context.Context) (Call, bool) {
+	return func(context.Context) (Call, bool) { return c, known }
 }
 
 // start runs a drain in the background and returns its result's channel.

@@ -442,7 +442,7 @@ func (s *Supervisor) learnAtReady(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { s.learnEnvoyPorts(ctx) })
-	wg.Go(func() { s.chosenDrainCall() })
+	wg.Go(func() { s.learnDrainCall(ctx) })
 	wg.Wait()
 	<-ctx.Done()
 	return nil

@@ -119,7 +119,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		Owner:           s.cfg.Owner,
 		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
-		Call:            s.chosenDrainCall(),
+		Call:            s.drainCallFor,
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
 		Running:         s.book.Running,
 		Tick:            s.cfg.Intervals.DrainTick,
@@ -153,25 +153,21 @@ func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
 	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
 }
 
-// chosenDrainCall is the drain call learned at ready, or, if that has not
-// happened yet, the one chosen now (a drain may start at once after ready).
-// A release that cannot be read gets ChooseCall's choice for an unknown one,
-// and is asked again at the next drain.
-func (s *Supervisor) chosenDrainCall() drain.Call {
+// drainCallFor is the drain call for Envoy's release: the one learned at
+// ready, or, until the release has been read, ChooseCall's for an unknown
+// one, with the release asked again within ctx. A release read here is
+// learned for good.
+func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 	if c := s.drainCall.Load(); c != nil {
-		return *c
+		return *c, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	v, err := s.cfg.Admin.ServerVersion(ctx)
-	cancel()
-	call := drain.ChooseCall(v, err == nil, s.cfg.DrainInboundOnly)
 	if err != nil {
-		s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one",
-			"err", err, "call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
-		return call
+		return drain.ChooseCall(v, false, s.cfg.DrainInboundOnly), false
 	}
+	call := drain.ChooseCall(v, true, s.cfg.DrainInboundOnly)
 	if !s.drainCall.CompareAndSwap(nil, &call) {
-		return *s.drainCall.Load()
+		return *s.drainCall.Load(), true
 	}
 	attrs := []any{"envoy", v.String(), "call", call.String()}
 	if len(call.GivesUp) == 0 {
@@ -179,5 +175,17 @@ func (s *Supervisor) chosenDrainCall() drain.Call {
 	} else {
 		s.log.Warn("drain call chosen; this Envoy cannot give every aim of a drain", append(attrs, "gives_up", strings.Join(call.GivesUp, "; "))...)
 	}
-	return call
+	return call, true
+}
+
+// learnDrainCall reads Envoy's release once it is ready, so that a drain
+// has its call even if the admin API is slow by then. A release that
+// cannot be read is said once here; each drain asks again.
+func (s *Supervisor) learnDrainCall(group context.Context) {
+	ctx, cancel := context.WithTimeout(group, time.Second)
+	defer cancel()
+	if call, known := s.drainCallFor(ctx); !known && group.Err() == nil {
+		s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one until it is read",
+			"call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
+	}
 }
