@@ -150,3 +150,21 @@ func TestRecordedWithoutSupervisorIsCalm(t *testing.T) {
 		}
 	}
 }
+
+// A command that takes no argument refuses one, in one line and before it
+// acts, as wait and status do: prestop's drain and complete's record are
+// not started by a command line that says something else.
+func TestStrayArgumentIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"prestop", "--control-dir", dir, "now"},
+		{"complete", "--control-dir", dir, "--exit-code", "0", "extra"},
+		{"wait", "--control-dir", dir, "extra"},
+	} {
+		var out, errw bytes.Buffer
+		code := run(args, envOf(nil), &out, &errw)
+		if want := fmt.Sprintf("proxy-supervisor: %s: unexpected argument %q\n", args[0], args[len(args)-1]); code != 2 || errw.String() != want {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", args, code, errw.String(), want)
+		}
+	}
+}

@@ -160,7 +160,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 	timeout := f.fs.Duration("timeout", 25*time.Second, "how long to block at most; the drain goes on after it")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
 	trust := supervisorUIDs(f)
-	if _, code, done := parseOrExit(f, args, env, stdout, stderr); done {
+	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done {
 		return code
 	}
 	if err := positive("timeout", *timeout); err != nil {

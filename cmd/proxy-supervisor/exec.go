@@ -440,7 +440,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 	var code exitCode
 	f.fs.Var(&code, "exit-code", "the peer's exit code, a decimal integer from 0 to 255")
 	timeout := f.fs.Duration("timeout", 10*time.Minute, "how long to wait for the supervisor to create peers/ when it has never run in this pod yet, or to take a completion that could not be recorded")
-	if _, c, done := parseOrExit(f, args, env, stdout, stderr); done {
+	if c, done := parseFlagsOnly(f, args, env, stdout, stderr); done {
 		return c
 	}
 	if err := peers.ValidName(*name); err != nil {

@@ -148,7 +148,7 @@ func (r Result) OK() bool { return r.End != TimedOut }
 // ends the drain at once, as soon as no peer runs under exec any more.
 func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	d := newDrainer(cfg)
-	start := d.now()
+	start := d.clock.Now()
 	deadline := start.Add(cfg.Timeout)
 	if cfg.Recheck {
 		d.cfg.Log.Info("drain re-checked", "timeout", cfg.Timeout)
@@ -166,7 +166,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	}
 	envoyPorts = d.refreshEnvoyPorts(deadline, envoyPorts)
 	end := d.wait(start, deadline, envoyPorts, settled)
-	r := Result{End: end, Took: d.now().Sub(start)}
+	r := Result{End: end, Took: d.clock.Now().Sub(start)}
 	d.cfg.Log.Info("drain ended", "end", string(end), "after", r.Took.Round(time.Millisecond))
 	return r
 }
@@ -174,7 +174,6 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 type drainer struct {
 	cfg     Config
 	clock   Clock
-	now     func() time.Time
 	exclude []uint16
 
 	listenersDrained   bool      // Envoy accepted /drain_listeners, or this release takes none
@@ -202,14 +201,14 @@ func newDrainer(cfg Config) *drainer {
 	if clock == nil {
 		clock = systemClock{}
 	}
-	return &drainer{cfg: cfg, clock: clock, now: clock.Now, exclude: cfg.Owner.QuietPorts()}
+	return &drainer{cfg: cfg, clock: clock, exclude: cfg.Owner.QuietPorts()}
 }
 
 // callCtx bounds one admin call by adminCallMax and by the drain's deadline.
 // A call made at or after the deadline still gets a millisecond, so that an
 // admin API that answers at once is still heard.
 func (d *drainer) callCtx(deadline time.Time) (context.Context, context.CancelFunc) {
-	budget := min(adminCallMax, max(deadline.Sub(d.now()), time.Millisecond))
+	budget := min(adminCallMax, max(deadline.Sub(d.clock.Now()), time.Millisecond))
 	return context.WithTimeout(context.Background(), budget)
 }
 
@@ -256,11 +255,11 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		if peersDone && (d.cfg.Running == nil || d.cfg.Running() == 0) {
 			return PeersCompleted
 		}
-		if !d.listenersDrained && d.now().Sub(lastDrainTry) >= d.cfg.Progress {
+		if !d.listenersDrained && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
 			// Retried until Envoy accepts it once: a busy admin API at the
 			// first try must not leave Envoy undrained for the whole
 			// termination.
-			lastDrainTry = d.now()
+			lastDrainTry = d.clock.Now()
 			switch err := d.drainListeners(deadline); {
 			case errors.Is(err, errReleaseUnknown):
 				if !d.releaseUnknownSaid {
@@ -279,8 +278,8 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			// Unknown, and not needed yet; asked for at once when the
 			// ports close, then at most every StatsEvery, failed or not.
 			st.known, st.cerr, lastStats = false, nil, time.Time{}
-		case d.now().Sub(lastStats) >= d.cfg.StatsEvery:
-			lastStats = d.now()
+		case d.clock.Now().Sub(lastStats) >= d.cfg.StatsEvery:
+			lastStats = d.clock.Now()
 			st.conns, st.cerr = d.connections(deadline)
 			st.known = st.cerr == nil
 		}
@@ -288,7 +287,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		if d.cfg.Running != nil && st.holds() {
 			st.running = d.cfg.Running() // asked only when nothing else holds the drain
 		}
-		now := d.now()
+		now := d.clock.Now()
 		switch {
 		case !st.holds():
 			quietSince = time.Time{}
@@ -320,7 +319,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 // must not make the drain scan flat out. It returns the Watch's channel,
 // nil once it can tell no more.
 func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
-	due := d.now().Add(sleep)
+	due := d.clock.Now().Add(sleep)
 	timer.Reset(sleep)
 	deferred := false // the timer is a close's, put off
 	for {
@@ -329,14 +328,14 @@ func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan
 			return closed
 		case <-timer.C():
 			if deferred {
-				d.lastClose = d.now()
+				d.lastClose = d.clock.Now()
 			}
 			return closed
 		case _, ok := <-closed:
 			if !ok {
 				return nil // poll
 			}
-			now := d.now()
+			now := d.clock.Now()
 			next := d.lastClose.Add(d.cfg.Tick)
 			if !next.After(now) {
 				d.lastClose = now
