@@ -246,18 +246,7 @@ func (e *Envoy) waitAnswering(ctx context.Context) bool {
 	case <-e.stop:
 		return false
 	}
-	if slow <= 0 {
-		return true
-	}
-	t := time.NewTimer(slow)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-e.stop:
-	}
-	return false
+	return e.sleep(ctx, slow)
 }
 
 // updateAnswering opens the gate when the admin loop runs and no fixture silenced it;

@@ -1,6 +1,7 @@
 package fakeenvoy
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -11,7 +12,7 @@ import (
 // (INITIALIZING); then the workers start and the server is LIVE.
 func (e *Envoy) runPhases() {
 	defer e.wg.Done()
-	if !e.sleep(e.opts.BindDelay) {
+	if !e.sleep(context.Background(), e.opts.BindDelay) {
 		return
 	}
 	if err := e.serveAdmin(); err != nil {
@@ -19,7 +20,7 @@ func (e *Envoy) runPhases() {
 		return
 	}
 	e.log.Info(fmt.Sprintf("loading %d listener(s)", len(e.listeners)), loggerAttr("config"))
-	if !e.sleep(e.opts.SilentFor) {
+	if !e.sleep(context.Background(), e.opts.SilentFor) {
 		return
 	}
 	e.mu.Lock()
@@ -28,25 +29,25 @@ func (e *Envoy) runPhases() {
 	e.updateAnswering()
 	e.log.Info("starting main dispatch loop", loggerAttr("main"))
 	half := e.opts.InitDelay / 2
-	if !e.sleep(half) {
+	if !e.sleep(context.Background(), half) {
 		return
 	}
 	e.advance(initializing)
 	e.log.Info("cm init: all clusters initialized", loggerAttr("upstream"))
-	if e.opts.StayInitializing || !e.sleep(e.opts.InitDelay-half) {
+	if e.opts.StayInitializing || !e.sleep(context.Background(), e.opts.InitDelay-half) {
 		return
 	}
 	e.finishInit(true)
 }
 
-// sleep waits d unless the fake shuts down first.
-func (e *Envoy) sleep(d time.Duration) bool {
+// sleep waits d unless ctx ends or the fake shuts down first.
+func (e *Envoy) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		select {
 		case <-e.stop:
 			return false
 		default:
-			return true
+			return ctx.Err() == nil
 		}
 	}
 	t := time.NewTimer(d)
@@ -54,6 +55,8 @@ func (e *Envoy) sleep(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
+	case <-ctx.Done():
+		return false
 	case <-e.stop:
 		return false
 	}
