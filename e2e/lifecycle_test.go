@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,6 +110,35 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 		if !strings.Contains(pr.Out.String(), path) {
 			t.Errorf("%s: the error does not name the path:\n%s", path, pr.Out.String())
 		}
+	}
+}
+
+// A supervisor that cannot be built (here: its records' directory cannot be
+// made) exits 1 before forking the proxy, and the termination message says
+// why, as it does for every other exit.
+func TestUnusableControlDirInTheTerminationMessage(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	file, msg := p.dir+"/a-file", p.dir+"/termination-log"
+	for _, f := range []string{file, msg} {
+		if err := writeFile(f, "", 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", file+"/sub",
+		"--termination-log", msg, "--health-addr", "", "--", bin.envoy)
+	if code := pr.Exit(soon); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, pr.Out.String())
+	}
+	b, err := os.ReadFile(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "proxy-supervisor: exit 1 (nothing decided); never ready; error: completion records: "; !strings.HasPrefix(string(b), want) || !strings.Contains(string(b), "not a directory") {
+		t.Fatalf("termination message %q, want it to start %q and say why", b, want)
+	}
+	if strings.Contains(pr.Out.String(), "proxy started") {
+		t.Fatalf("the proxy was started:\n%s", pr.Out.String())
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -259,24 +258,11 @@ func runChild(argv []string, sigs <-chan os.Signal, started func()) (int, peers.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// A bare fork and exec, not os/exec: os/exec's first start forks a
-	// throwaway child to probe for pidfd support, 0.15-0.25 ms of every
-	// run, for pidfds that the reaper does not use.
 	// Fd() puts a standard stream that was handed over non-blocking back in
 	// blocking mode, as os/exec did, so that the app does not meet EAGAIN.
-	var pid int
-	var exited <-chan reaper.Exit
-	path, err := exec.LookPath(argv[0])
-	if err == nil {
-		attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{os.Stdin.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}}
-		exited, err = r.Spawn(func() (int, error) {
-			p, err := syscall.ForkExec(path, argv, attr)
-			pid = p
-			return p, err
-		})
-	}
+	pid, exited, err := r.Start(argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{os.Stdin.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}})
 	if err != nil {
-		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start %s: %w", argv[0], err)
+		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start: %w", err)
 	}
 	go r.Run(ctx)
 	started()

@@ -263,7 +263,8 @@ func (o *superviseOptions) logStart(log *slog.Logger) {
 func supervised(cfg supervise.Config, logw io.Writer) int {
 	s, err := supervise.New(cfg)
 	if err != nil {
-		fmt.Fprintf(logw, "proxy-supervisor: supervise: %v\n", err)
+		cfg.Log.Error("supervise", "err", err, "exit_code", 1)
+		supervise.WriteFailure(cfg, 1, err)
 		return 1
 	}
 	// A load burst must not leave its pages resident for the pod's life.

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -38,15 +37,17 @@ type Config struct {
 	Log       *slog.Logger
 }
 
-// Process is a started proxy. Its methods are safe for concurrent use.
+// Process is the proxy: made by New, forked by Start. Its methods are safe
+// for concurrent use; all but Start are for a started proxy.
 type Process struct {
-	cfg  Config
-	pid  int
-	exit <-chan reaper.Exit
+	cfg    Config
+	reaper *reaper.Reaper
 
 	mu      sync.Mutex
-	stopped bool          // a stop (or a kill) was asked for: the sequence is not started again
-	exited  chan struct{} // closed, under mu, once Wait has the exit
+	pid     int                // 0 until Start has forked it
+	exit    <-chan reaper.Exit // set with pid
+	stopped bool               // a stop (or a kill) was asked for: the sequence is not started again
+	exited  chan struct{}      // closed, under mu, once Wait has the exit
 }
 
 // StartError is a proxy that could not be started, with the code a shell
@@ -59,43 +60,64 @@ type StartError struct {
 func (e *StartError) Error() string { return e.Err.Error() }
 func (e *StartError) Unwrap() error { return e.Err }
 
-// Start starts the proxy through r, the only owner of wait4, in its own
-// process group: a stop then reaches pilot-agent and the Envoy it runs
-// together, and nothing else.
-func Start(r *reaper.Reaper, cfg Config) (*Process, error) {
-	if len(cfg.Command) == 0 {
-		return nil, &StartError{Err: errors.New("start proxy: no command"), Code: 127}
-	}
-	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
-	// Plain files, never pipes: a pipe would need a copying goroutine that
-	// cmd.Wait ends, and nobody may call Wait here but the reaper.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	// Pdeathsig: if the supervisor itself dies (an OOM kill, a SIGKILL from
-	// outside while not PID 1), the proxy must not live on unsupervised.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	exit, err := r.Start(cmd)
-	if err != nil {
-		code := reaper.StartCode(err)
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = fmt.Errorf("%s: %w", pe.Path, pe.Err)
-		}
-		return nil, &StartError{Err: fmt.Errorf("start proxy: %w", err), Code: code}
-	}
-	p := &Process{cfg: cfg, pid: cmd.Process.Pid, exit: exit, exited: make(chan struct{})}
-	cmd.Process.Release() // the reaper watches the pid; the pidfd is not needed
-	return p, nil
+// New prepares the proxy, to be started through r, the only owner of
+// wait4. It forks nothing.
+func New(r *reaper.Reaper, cfg Config) *Process {
+	return &Process{cfg: cfg, reaper: r, exited: make(chan struct{})}
 }
 
-// Pid is the proxy's pid, which is also its process group's id.
-func (p *Process) Pid() int { return p.pid }
+// Start forks the proxy, once, in its own process group: a stop then
+// reaches pilot-agent and the Envoy it runs together, and nothing else.
+func (p *Process) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pid != 0 {
+		return errors.New("start proxy: started already")
+	}
+	if len(p.cfg.Command) == 0 {
+		return &StartError{Err: errors.New("start proxy: no command"), Code: 127}
+	}
+	// Stdin is /dev/null, as os/exec would make it: a closed fd 0 would be
+	// the first file the proxy opens. Stdout and stderr are the
+	// supervisor's own, never pipes: a pipe would need a copying goroutine,
+	// and a supervisor that stalls would stall the proxy's logging.
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return &StartError{Err: fmt.Errorf("start proxy: %w", err), Code: 126}
+	}
+	defer null.Close()
+	pid, exit, err := p.reaper.Start(p.cfg.Command, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{null.Fd(), os.Stdout.Fd(), os.Stderr.Fd()},
+		// Pdeathsig: if the supervisor itself dies (an OOM kill, a SIGKILL
+		// from outside while not PID 1), the proxy must not live on
+		// unsupervised.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return &StartError{Err: fmt.Errorf("start proxy: %w", err), Code: reaper.StartCode(err)}
+	}
+	p.pid, p.exit = pid, exit
+	return nil
+}
+
+// Pid is the proxy's pid, which is also its process group's id; 0 before
+// Start.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
 
 // Wait blocks until the group's leader has exited and returns how. Call
 // it once, and Finish after it. Until Finish, what the leader left in its
 // group still runs: what runs then (an Envoy under a pilot-agent that
 // exited) outlived the leader, and what is gone died first.
 func (p *Process) Wait() reaper.Exit {
-	e := <-p.exit
+	p.mu.Lock()
+	exit := p.exit
+	p.mu.Unlock()
+	e := <-exit
 	p.mu.Lock()
 	close(p.exited)
 	p.mu.Unlock()
@@ -120,7 +142,7 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 func (p *Process) Stop() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped || p.exitedWithin(0) {
+	if p.pid == 0 || p.stopped || p.exitedWithin(0) {
 		return false
 	}
 	p.stopped = true
@@ -143,12 +165,12 @@ func (p *Process) stop() {
 	if p.exitedWithin(time.Until(quitBy)) {
 		return
 	}
-	p.cfg.Log.Info("escalated to SIGTERM", "pgid", p.pid)
+	p.cfg.Log.Info("escalated to SIGTERM", "pgid", p.Pid())
 	p.escalate(syscall.SIGTERM)
 	if p.exitedWithin(time.Until(deadline)) {
 		return
 	}
-	p.cfg.Log.Warn("escalated to SIGKILL", "pgid", p.pid, "stop_timeout", p.cfg.StopTimeout)
+	p.cfg.Log.Warn("escalated to SIGKILL", "pgid", p.Pid(), "stop_timeout", p.cfg.StopTimeout)
 	p.escalate(syscall.SIGKILL)
 }
 
@@ -175,11 +197,12 @@ func (p *Process) Signal(sig syscall.Signal) { p.signal(sig) }
 // signal signals the group. A group that is gone is not an error: the proxy
 // may exit between any two steps.
 func (p *Process) signal(sig syscall.Signal) {
-	if p.pid <= 0 {
-		return // kill(0) or kill(-1) would signal ourselves or everyone
+	pid := p.Pid()
+	if pid <= 0 {
+		return // not started; kill(0) or kill(-1) would signal ourselves or everyone
 	}
-	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		p.cfg.Log.Warn("signal proxy group", "pgid", p.pid, "signal", sig, "err", err)
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		p.cfg.Log.Warn("signal proxy group", "pgid", pid, "signal", sig, "err", err)
 	}
 }
 

@@ -29,8 +29,8 @@ func run(t *testing.T, cfg Config) *Process {
 	go func() { r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := Start(r, cfg)
-	if err != nil {
+	p := New(r, cfg)
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Kill() })
@@ -64,14 +64,47 @@ func TestStartErrors(t *testing.T) {
 		code int
 	}{
 		{[]string{"/nonexistent/envoy"}, 127},
+		{[]string{"no-such-proxy-supervisor-test-proxy"}, 127},
 		{[]string{"/etc/passwd"}, 126},
 		{nil, 127},
 	} {
-		_, err := Start(r, Config{Command: tt.cmd})
+		err := New(r, Config{Command: tt.cmd}).Start()
 		var se *StartError
 		if !errors.As(err, &se) || se.Code != tt.code {
 			t.Errorf("Start(%v) = %v; want a StartError with code %d", tt.cmd, err, tt.code)
 		}
+	}
+}
+
+// A proxy is forked once, and nothing stops or signals a proxy that was
+// never forked: its pid is 0, and kill(-0) would signal the supervisor's
+// own group.
+func TestStartOnce(t *testing.T) {
+	r, err := reaper.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(r, Config{Command: []string{"sleep", "60"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if p.Stop() {
+		t.Error("Stop before Start started a stop sequence")
+	}
+	p.Signal(syscall.SIGTERM) // would end this test if it reached our group
+	p.Kill()
+	if p.Pid() != 0 {
+		t.Fatalf("Pid before Start = %d", p.Pid())
+	}
+	p = run(t, Config{Command: []string{"sleep", "60"}})
+	if err := p.Start(); err == nil {
+		t.Error("a second Start forked again")
+	}
+}
+
+// The proxy's standard input is /dev/null, as os/exec made it, never a
+// closed descriptor that its first open would take.
+func TestStdinIsDevNull(t *testing.T) {
+	p := run(t, Config{Command: []string{"/bin/sh", "-c", `[ "$(readlink /proc/$$/fd/0)" = /dev/null ]`}})
+	if e := waitExit(t, p, 5*time.Second); e.Code() != 0 {
+		t.Fatalf("fd 0 of the proxy is not /dev/null: %v", e)
 	}
 }
 

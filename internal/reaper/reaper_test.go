@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// start runs argv in this process's environment and gives its exit.
+func start(r *reaper.Reaper, argv ...string) (<-chan reaper.Exit, error) {
+	_, ch, err := r.Start(argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+	return ch, err
 }
 
 func run(t *testing.T) *reaper.Reaper {
@@ -65,7 +71,7 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ch, err := r.Start(exec.Command("/bin/sh", "-c", tt.script))
+			ch, err := start(r, "/bin/sh", "-c", tt.script)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +91,7 @@ func TestExitCodes(t *testing.T) {
 func TestImmediateExitIsNotLost(t *testing.T) {
 	r := run(t)
 	for i := 0; i < 200; i++ {
-		ch, err := r.Start(exec.Command("/bin/true"))
+		ch, err := start(r, "/bin/true")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,10 +115,10 @@ func TestOrphanStorm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := exec.Command(self)
-	factory.Env = append(os.Environ(), "REAPER_TEST_ORPHANS="+strconv.Itoa(orphans))
-	factory.Stderr = os.Stderr
-	fch, err := r.Start(factory)
+	_, fch, err := r.Start([]string{self}, &syscall.ProcAttr{
+		Env:   append(os.Environ(), "REAPER_TEST_ORPHANS="+strconv.Itoa(orphans)),
+		Files: []uintptr{0, 1, 2},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +127,7 @@ func TestOrphanStorm(t *testing.T) {
 	errs := make(chan error, children)
 	for i := 0; i < children; i++ {
 		code := i % 256
-		ch, err := r.Start(exec.Command("/bin/sh", "-c", "exit "+strconv.Itoa(code)))
+		ch, err := start(r, "/bin/sh", "-c", "exit "+strconv.Itoa(code))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,14 +163,36 @@ func TestOrphanStorm(t *testing.T) {
 	}
 }
 
+// A command that cannot be started is an error that says why, with the
+// code a shell would give it; one without a directory is looked up in PATH.
 func TestStartError(t *testing.T) {
 	r := run(t)
-	_, err := r.Start(exec.Command(filepath.Join(t.TempDir(), "missing")))
-	if err == nil {
-		t.Fatal("want an error for a missing command")
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(err.Error(), "no such file") {
-		t.Fatalf("error %q does not say what is wrong", err)
+	for _, tt := range []struct {
+		argv []string
+		code int
+		says string
+	}{
+		{[]string{filepath.Join(dir, "missing")}, 127, "no such file"},
+		{[]string{plain}, 126, "permission denied"},
+		{[]string{"proxy-supervisor-no-such-command"}, 127, "not found in $PATH"},
+		{nil, 127, "not found"},
+	} {
+		_, err := start(r, tt.argv...)
+		if err == nil || reaper.StartCode(err) != tt.code || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("Start(%q) = %v (code %d); want an error with code %d that says %q", tt.argv, err, reaper.StartCode(err), tt.code, tt.says)
+		}
+	}
+	ch, err := start(r, "true") // from PATH
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := <-ch; e.Code() != 0 {
+		t.Fatalf("true from PATH: %v", e)
 	}
 }
 

@@ -523,8 +523,11 @@ func TestPostedCompletionCountsWhenNotKept(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := setup(t, nil)
-			if tt.plant {
+			// Planted before New, which makes the store.
+			h := setup(t, func(h *harness, _ *Config) {
+				if !tt.plant {
+					return
+				}
 				d := peers.Open(h.dir)
 				if err := d.Create(); err != nil {
 					t.Fatal(err)
@@ -532,7 +535,7 @@ func TestPostedCompletionCountsWhenNotKept(t *testing.T) {
 				if err := os.Symlink(proctest.ShortDir(t), filepath.Join(d.Path(), ".posted")); err != nil {
 					t.Fatal(err)
 				}
-			}
+			})
 			h.start()
 			h.waitReady()
 			if err := h.s.Complete(context.Background(), "app", tt.code, tt.reason); err != nil {

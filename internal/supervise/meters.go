@@ -43,12 +43,7 @@ func newMeters(s *Supervisor) *meters {
 		drainSeconds: r.Gauge("proxy_supervisor_drain_duration_seconds", "Duration of the last drain."),
 	}
 	r.CounterFunc("proxy_supervisor_zombies_reaped_total", "Exited processes reaped that were not the proxy (orphans).",
-		func() float64 {
-			if s.reaper == nil {
-				return 0
-			}
-			return float64(s.reaper.Orphans())
-		})
+		func() float64 { return float64(s.reaper.Orphans()) })
 	r.GaugeFunc("proxy_supervisor_uptime_seconds", "Seconds since the supervisor started.",
 		func() float64 { return time.Since(s.start).Seconds() })
 	return m

@@ -173,9 +173,7 @@ func (s *Supervisor) Status() any {
 		Pending:  verdict.Pending,
 		Awaiting: verdict.Awaiting,
 		Uptime:   time.Since(s.start).Seconds(),
-	}
-	if s.proc != nil { // nil when the records settled the job at start
-		out.ProxyPID = s.proc.Pid()
+		ProxyPID: s.proc.Pid(), // 0 until it is forked
 	}
 	if !st.Ready {
 		out.Reason = st.Reason

@@ -3,6 +3,7 @@ package supervise
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"syscall"
 	"time"
@@ -43,6 +44,11 @@ func (s *Supervisor) summary(code int, err error) string {
 	if !v.decidedAt.IsZero() {
 		line += fmt.Sprintf("; exit %v after the decision", roundMs(now.Sub(v.decidedAt)))
 	}
+	return clip(line, err)
+}
+
+// clip ends the line with the error, if any, within summaryMax.
+func clip(line string, err error) string {
 	if err != nil {
 		line += "; error: " + err.Error()
 	}
@@ -60,23 +66,34 @@ func roundMs(d time.Duration) time.Duration {
 }
 
 // writeSummary writes the summary to the termination message file, unless
-// none is configured. It never fails the exit and delays it by at most
-// summaryWait: a failure, or a write still blocked then, is one log line.
+// none is configured.
 func (s *Supervisor) writeSummary(code int, err error) {
-	path := s.cfg.TerminationLog
+	writeTerminationLog(s.cfg.TerminationLog, s.summary(code, err), s.log)
+}
+
+// WriteFailure writes the termination message of a supervisor that New
+// refused, which exits with code before anything ran.
+func WriteFailure(cfg Config, code int, err error) {
+	line := clip(fmt.Sprintf("proxy-supervisor: exit %d (nothing decided); never ready", code), err)
+	writeTerminationLog(cfg.TerminationLog, line, cfg.Log)
+}
+
+// writeTerminationLog replaces the file's content with line, unless path
+// is "". It never fails the exit and delays it by at most summaryWait: a
+// failure, or a write still blocked then, is one log line.
+func writeTerminationLog(path, line string, log *slog.Logger) {
 	if path == "" {
 		return
 	}
-	line := s.summary(code, err)
 	done := make(chan error, 1)
 	go func() { done <- writeNonBlocking(path, line) }()
 	select {
 	case werr := <-done:
 		if werr != nil {
-			s.log.Info("termination message not written", "path", path, "err", werr)
+			log.Info("termination message not written", "path", path, "err", werr)
 		}
 	case <-time.After(summaryWait):
-		s.log.Info("termination message not written: the write did not end in time", "path", path, "bound", summaryWait)
+		log.Info("termination message not written: the write did not end in time", "path", path, "bound", summaryWait)
 	}
 }
 

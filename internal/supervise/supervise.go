@@ -98,21 +98,21 @@ type Supervisor struct {
 	m       *meters
 	start   time.Time
 
-	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
-	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
-
-	// Set by Run before any actor or server runs, and not changed after:
-	// making them creates directories, subscribes to SIGCHLD and forks,
-	// none of which New may do, and the reaper and the proxy are not made
-	// at all when the records settle the job at start. The control socket
-	// is no field: it is handed to the one actor that marks it.
 	reaper *reaper.Reaper
 	book   *completion.Book
-	proc   *proxy.Process
+	proc   *proxy.Process // forked by Run
+
+	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
+	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 }
 
-// New checks cfg and prepares the supervisor. It starts nothing, subscribes
-// to no signal and touches no file: all of that is Run's.
+// New checks cfg and builds every part of the supervisor. Of the world
+// outside it touches only what the parts need before anything runs: it
+// creates the completion records' directory and watches it, so that no
+// record written from now on goes unseen, and it subscribes to SIGCHLD and
+// becomes the reaper of the proxy's orphans. It forks nothing and binds
+// nothing: that is Run's. Run must follow, once, for what New opened to be
+// closed.
 func New(cfg Config) (*Supervisor, error) {
 	if len(cfg.Command) == 0 {
 		return nil, errors.New("no proxy command given")
@@ -143,6 +143,30 @@ func New(cfg Config) (*Supervisor, error) {
 		Silence:    cfg.HungAfter, // liveness waits that long for an answer
 		Keep:       true,          // every change, for followReadiness
 	})
+	var err error
+	s.book, err = completion.Open(completion.Config{
+		Records:     peers.Open(cfg.ControlDir),
+		Policy:      cfg.Policy,
+		AllowedUIDs: cfg.AllowedUIDs,
+		Rescan:      cfg.Intervals.Rescan,
+		Recorded:    s.m.recorded,
+		Log:         cfg.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.reaper, err = reaper.New(); err != nil {
+		s.book.Close()
+		return nil, err
+	}
+	s.proc = proxy.New(s.reaper, proxy.Config{
+		Command:     cfg.Command,
+		Quit:        func(ctx context.Context) error { return cfg.Admin.Post(ctx, "/quitquitquit") },
+		QuitGrace:   cfg.QuitGrace,
+		StopTimeout: cfg.StopTimeout,
+		Escalated:   s.m.escalated,
+		Log:         cfg.Log,
+	})
 	return s, nil
 }
 
@@ -166,31 +190,17 @@ func (s *Supervisor) Run() (int, error) {
 	return code, err
 }
 
+// run is the proxy's life in the pod: the records first, then the sockets,
+// the fork, and the actors until the proxy has exited.
 func (s *Supervisor) run(sigs *Signals) (int, error) {
-	book, err := completion.Open(completion.Config{
-		Records:     peers.Open(s.cfg.ControlDir),
-		Policy:      s.cfg.Policy,
-		AllowedUIDs: s.cfg.AllowedUIDs,
-		Rescan:      s.cfg.Intervals.Rescan,
-		Recorded:    s.m.recorded,
-		Log:         s.log,
-	})
-	if err != nil {
-		return 1, err
-	}
-	s.book = book
-	defer book.Close() // the watching actor closes it too: twice is harmless
+	defer s.book.Close() // the watching actor closes it too: twice is harmless
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
-	if v := book.Load("start"); v.Done {
+	if v := s.book.Load("start"); v.Done {
 		s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed})
 		code, _, _ := s.life.exitCode()
 		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", code)
 		return code, nil
-	}
-
-	if s.reaper, err = reaper.New(); err != nil {
-		return 1, err
 	}
 	sock, hs, err := s.listen()
 	if err != nil {
@@ -200,15 +210,7 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 		closeAll(sock, hs)
 		return code, nil
 	}
-	s.proc, err = proxy.Start(s.reaper, proxy.Config{
-		Command:     s.cfg.Command,
-		Quit:        func(ctx context.Context) error { return s.cfg.Admin.Post(ctx, "/quitquitquit") },
-		QuitGrace:   s.cfg.QuitGrace,
-		StopTimeout: s.cfg.StopTimeout,
-		Escalated:   s.m.escalated,
-		Log:         s.log,
-	})
-	if err != nil {
+	if err := s.proc.Start(); err != nil {
 		closeAll(sock, hs)
 		var se *proxy.StartError
 		errors.As(err, &se)
