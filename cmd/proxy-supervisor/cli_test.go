@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"regexp"
 	"runtime"
 	"strings"
@@ -47,11 +49,11 @@ func TestHelpOnEveryCommand(t *testing.T) {
 			}
 		}
 		code, out, errw := help(ask)
-		if code != 0 || errw != "" || !strings.Contains(out, "Commands:") {
+		if code != 0 || errw != "" || !strings.Contains(out, "Commands, by when") {
 			t.Errorf("%s: exit %d, stderr %q, stdout:\n%s", ask, code, errw, out)
 		}
 	}
-	if code, out, errw := help(); code != 2 || out != "" || !strings.Contains(errw, "Commands:") {
+	if code, out, errw := help(); code != 2 || out != "" || !strings.Contains(errw, "Commands, by when") {
 		t.Errorf("no command: exit %d, stdout %q, stderr:\n%s", code, out, errw)
 	}
 }
@@ -166,5 +168,44 @@ func TestStrayArgumentIsRefused(t *testing.T) {
 		if want := fmt.Sprintf("proxy-supervisor: %s: unexpected argument %q\n", args[0], args[len(args)-1]); code != 2 || errw.String() != want {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", args, code, errw.String(), want)
 		}
+	}
+}
+
+// The command table is the timeline that the package's doc comment draws:
+// the same commands at the same moments in the same order, so that neither
+// can change without the other.
+func TestCommandsAreTheDocTimeline(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A timeline line is indented by a tab: its moment in the first column,
+	// when it starts one, and a command in the second, at column 8.
+	known := map[string]bool{}
+	for _, c := range commands() {
+		known[c.name] = true
+	}
+	var doc []string
+	moment := ""
+	for _, line := range strings.Split(f.Doc.Text(), "\n") {
+		line, ok := strings.CutPrefix(line, "\t")
+		if !ok || len(line) <= 8 || line[8] == ' ' {
+			continue
+		}
+		if line[0] != ' ' {
+			moment = strings.Fields(line)[0]
+		}
+		if name := strings.TrimRight(strings.Fields(line[8:])[0], ","); known[name] {
+			doc = append(doc, moment+" "+name)
+		}
+	}
+	var table []string
+	for _, c := range commands() {
+		if c.when != anyTime {
+			table = append(table, c.when+" "+c.name)
+		}
+	}
+	if strings.Join(doc, ", ") != strings.Join(table, ", ") || len(doc) == 0 {
+		t.Fatalf("the doc comment's timeline is %q; the command table's is %q", doc, table)
 	}
 }

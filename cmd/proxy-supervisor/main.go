@@ -14,9 +14,9 @@
 //	                                 Envoy's connections to reach zero (bounded)
 //	stop    /quitquitquit -> SIGTERM to the group -> SIGKILL at --stop-timeout
 //
-// The commands are listed in that order (commands); status and version
-// answer at any time. The same binary is the client the app container
-// uses (wait, exec, complete, prestop, status).
+// The command table (commands) is this timeline, moment by moment; status
+// and version answer at any time. The same binary is the client the app
+// container uses (wait, exec, complete, prestop, status).
 package main
 
 import (
@@ -69,25 +69,31 @@ func oneP(env func(string) string) {
 
 const gcPercent = 25
 
-// command is one subcommand: it returns the process's exit code.
+// command is one subcommand: when in the pod's life it runs, what it does,
+// and how; run returns the process's exit code.
 type command struct {
+	when  string // the moment of the package doc's timeline
 	name  string
 	about string
 	run   func(args []string, env func(string) string, stdout, stderr io.Writer) int
 }
 
-// commands are the subcommands in the order of the pod's timeline (the
-// package's doc comment), then those that answer at any time.
+// anyTime is the moment of the commands that answer whenever they are asked.
+const anyTime = "any time"
+
+// commands are the pod's timeline, as the package's doc comment draws it:
+// each moment's commands in the order they run; then those that answer at
+// any time. The stop has no command: it is the supervisor's own act.
 func commands() []command {
 	return []command{
-		{"install", "copy this binary into DIR for app containers (an init container)", runInstall},
-		{"supervise", "run the proxy as a child and own its lifecycle (the proxy container's command)", runSupervise},
-		{"wait", "exit 0 once the proxy is ready (postStart hooks, start scripts)", runWait},
-		{"exec", "wait for the proxy, run COMMAND, record its completion, exit with its code", runExec},
-		{"complete", "record this peer's completion", runComplete},
-		{"prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},
-		{"status", "print the supervisor's state as JSON", runStatus},
-		{"version", "print the version (also: proxy-supervisor --version)", runVersion},
+		{"init", "install", "copy this binary into DIR for app containers (an init container)", runInstall},
+		{"start", "supervise", "run the proxy as a child and own its lifecycle (the proxy container's command)", runSupervise},
+		{"start", "wait", "exit 0 once the proxy is ready (postStart hooks, start scripts)", runWait},
+		{"app", "exec", "wait for the proxy, run COMMAND, record its completion, exit with its code", runExec},
+		{"done", "complete", "record this peer's completion", runComplete},
+		{"delete", "prestop", "start the drain and block until it is done (the proxy's preStop hook)", runPrestop},
+		{anyTime, "status", "print the supervisor's state as JSON", runStatus},
+		{anyTime, "version", "print the version (also: proxy-supervisor --version)", runVersion},
 	}
 }
 
@@ -125,10 +131,16 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// usage lists the commands by their moment in the pod's life.
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: proxy-supervisor COMMAND [flags]\n\nCommands:")
+	fmt.Fprintln(w, "Usage: proxy-supervisor COMMAND [flags]\n\nCommands, by when they run in a pod's life:")
+	when := ""
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.about)
+		moment := ""
+		if c.when != when {
+			moment, when = c.when, c.when
+		}
+		fmt.Fprintf(w, "  %-9s %-10s %s\n", moment, c.name, c.about)
 	}
 	fmt.Fprintln(w, "\nRun 'proxy-supervisor COMMAND --help' for a command's flags.")
 }
