@@ -289,10 +289,6 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 			return err
 		}, interrupt)
 	}
-	actor := func(name string, execute func(context.Context) error) {
-		ctx, cancel := context.WithCancel(context.Background())
-		add(name, func() error { return execute(ctx) }, func(error) { cancel() })
-	}
 
 	add("proxy", s.waitProxy, func(error) {
 		select {
@@ -301,12 +297,20 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 			s.stop("shutting down")
 		}
 	})
-	actor("signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) })
-	actor("tracker", s.tracker.Run)
-	actor("readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) })
-	actor("learn", s.learnAtReady)
-	actor("records", s.book.Watch)
-	actor("verdict", s.awaitVerdict)
+	for _, a := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) }},
+		{"tracker", s.tracker.Run},
+		{"readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) }},
+		{"learn", s.learnAtReady},
+		{"records", s.book.Watch},
+		{"verdict", s.awaitVerdict},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		add(a.name, func() error { return a.run(ctx) }, func(error) { cancel() })
+	}
 	add("control socket", sock.Serve, func(error) { sock.Close() })
 	if hs != nil {
 		add("health server", hs.Serve, func(error) { hs.Close() })
