@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,7 +112,7 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Msg }
 
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) (int, error) {
+func (c *Client) do(ctx context.Context, method, path string, q http1.Query, out any) (int, error) {
 	target := path
 	if len(q) > 0 {
 		target += "?" + q.Encode()
@@ -164,7 +163,7 @@ func (c *Client) Ready(ctx context.Context, wait time.Duration) (bool, string, e
 		Ready  bool
 		Reason string
 	}
-	code, err := c.do(ctx, "GET", "/v1/ready", url.Values{"wait": {wait.String()}}, &out)
+	code, err := c.do(ctx, "GET", "/v1/ready", http1.Query{{Key: "wait", Value: wait.String()}}, &out)
 	if err != nil {
 		return false, "", err
 	}
@@ -224,9 +223,9 @@ func (c *Client) markedAt(dfd int, name string) bool {
 // Complete reports that peer finished with code, for the given reason
 // (empty means exited).
 func (c *Client) Complete(ctx context.Context, peer string, code int, reason string) error {
-	q := url.Values{"exit_code": {strconv.Itoa(code)}, "peer": {peer}}
+	q := http1.Query{{Key: "exit_code", Value: strconv.Itoa(code)}, {Key: "peer", Value: peer}}
 	if reason != "" {
-		q.Set("reason", reason)
+		q = append(q, http1.Param{Key: "reason", Value: reason})
 	}
 	status, err := c.do(ctx, "POST", "/v1/complete", q, nil)
 	if err == nil && status != 202 {
@@ -242,7 +241,7 @@ func (c *Client) Drain(ctx context.Context, wait time.Duration) (bool, string, e
 		Drained bool
 		Reason  string
 	}
-	code, err := c.do(ctx, "POST", "/v1/drain", url.Values{"wait": {wait.String()}}, &out)
+	code, err := c.do(ctx, "POST", "/v1/drain", http1.Query{{Key: "wait", Value: wait.String()}}, &out)
 	if err != nil {
 		return false, "", err
 	}

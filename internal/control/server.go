@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -445,7 +444,7 @@ func render(a answer, body []byte) http1.Answer {
 type endpoint struct {
 	method string
 	params []string
-	serve  func(h *handler, ctx context.Context, q url.Values) answer
+	serve  func(h *handler, ctx context.Context, q http1.Query) answer
 }
 
 func lookup(path string) (endpoint, bool) {
@@ -478,7 +477,7 @@ func (h *handler) handle(ctx context.Context, r *http1.Request) answer {
 	if r.Body {
 		return fail(400, "requests take no body; parameters go in the query")
 	}
-	path, err := url.PathUnescape(string(r.Path))
+	path, err := http1.PathUnescape(string(r.Path))
 	if err != nil {
 		return fail(400, "%v", err)
 	}
@@ -491,19 +490,19 @@ func (h *handler) handle(ctx context.Context, r *http1.Request) answer {
 		a.allow = ep.method
 		return a
 	}
-	q, err := url.ParseQuery(string(r.Query))
+	q, err := http1.ParseQuery(string(r.Query))
 	if err != nil {
 		return fail(400, "%v", err)
 	}
-	for k := range q {
-		if !slices.Contains(ep.params, k) {
-			return fail(400, "unknown parameter %q", k)
+	for _, p := range q {
+		if !slices.Contains(ep.params, p.Key) {
+			return fail(400, "unknown parameter %q", p.Key)
 		}
 	}
 	return ep.serve(h, ctx, q)
 }
 
-func (h *handler) ready(ctx context.Context, q url.Values) answer {
+func (h *handler) ready(ctx context.Context, q http1.Query) answer {
 	wait, err := waitParam(q)
 	if err != nil {
 		return fail(400, "%v", err)
@@ -516,7 +515,7 @@ func (h *handler) ready(ctx context.Context, q url.Values) answer {
 	return reply(200, map[string]any{"ready": true})
 }
 
-func (h *handler) complete(ctx context.Context, q url.Values) answer {
+func (h *handler) complete(ctx context.Context, q http1.Query) answer {
 	raw := q.Get("exit_code")
 	if raw == "" {
 		return fail(400, "exit_code is required")
@@ -540,7 +539,7 @@ func (h *handler) complete(ctx context.Context, q url.Values) answer {
 	return reply(202, map[string]any{"recorded": true, "peer": peer, "exit_code": code})
 }
 
-func (h *handler) drain(ctx context.Context, q url.Values) answer {
+func (h *handler) drain(ctx context.Context, q http1.Query) answer {
 	if q.Has("wait") {
 		wait, err := waitParam(q)
 		if err != nil {
@@ -557,14 +556,14 @@ func (h *handler) drain(ctx context.Context, q url.Values) answer {
 	return reply(200, map[string]any{"drained": true, "reason": why})
 }
 
-func (h *handler) status(context.Context, url.Values) answer {
+func (h *handler) status(context.Context, http1.Query) answer {
 	return reply(200, h.b.Status())
 }
 
 // DefaultPeer is the peer name when none is given.
 const DefaultPeer = "app"
 
-func waitParam(q url.Values) (time.Duration, error) {
+func waitParam(q http1.Query) (time.Duration, error) {
 	raw := q.Get("wait")
 	if raw == "" {
 		return 0, nil

@@ -213,7 +213,9 @@ func TestCompleteValidation(t *testing.T) {
 		{"POST /v1/complete?exit_code=-1 HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `want an integer from 0 to 255`},
 		{"POST /v1/complete?exit_code=0&peer=unknown HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `not in --peers`},
 		{"POST /v1/complete?exit_code=0&exitcode=1 HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `unknown parameter \"exitcode\"`},
-		{"POST /v1/complete?exit_code=%zz HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `"error"`},
+		{"POST /v1/complete?exit_code=%zz HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `{"error":"invalid URL escape \"%zz\""}`},
+		{"POST /v1/complete?exit_code=0;peer=job HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `{"error":"invalid semicolon separator in query"}`},
+		{"POST /v1/%63omplete?exit_code=4&peer=jo%62&reason=a+b%2Bc HTTP/1.1\r\nHost: x\r\n\r\n", "202 Accepted", `"peer":"job"`},
 		{"GET /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\n\r\n", "405 Method Not Allowed", `needs POST`},
 		{"POST /v1/ready HTTP/1.1\r\nHost: x\r\n\r\n", "405 Method Not Allowed", `needs GET`},
 		{"GET /v1/ready?wait=forever HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `want a duration`},
@@ -230,7 +232,7 @@ func TestCompleteValidation(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.complete) != 2 || b.complete[1] != "job=3/signaled" {
+	if len(b.complete) != 3 || b.complete[1] != "job=3/signaled" || b.complete[2] != "job=4/a b+c" {
 		t.Fatalf("recorded %v", b.complete)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,34 +93,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("admin %s: %d %s", e.Path, e.Code, strings.TrimSpace(e.Body))
 }
 
-func (a *Admin) do(ctx context.Context, method, path string, query url.Values) (http1.Response, error) {
+func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) (http1.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
 	target := path
 	if len(query) > 0 {
-		target += "?" + encodeFlags(query)
+		target += "?" + query.Encode()
 	}
 	resp, err := a.client.Do(ctx, method, target)
 	if err != nil {
 		return http1.Response{}, fmt.Errorf("admin %s: %w", path, err)
 	}
 	return resp, nil
-}
-
-// encodeFlags writes empty values as bare keys (usedonly, graceful), because
-// Envoy's flags count by presence and read better that way in its logs.
-func encodeFlags(q url.Values) string {
-	var parts []string
-	for k, vs := range q {
-		for _, v := range vs {
-			if v == "" {
-				parts = append(parts, url.QueryEscape(k))
-			} else {
-				parts = append(parts, url.QueryEscape(k)+"="+url.QueryEscape(v))
-			}
-		}
-	}
-	return strings.Join(parts, "&")
 }
 
 // Bound reports whether anything accepts connections on the admin port.
@@ -256,11 +239,13 @@ func (a *Admin) ServerState(ctx context.Context) (state string, ready bool, err 
 }
 
 // Post calls a mutating endpoint, such as /quitquitquit or /drain_listeners,
-// with its flags.
+// with its flags. Envoy's flags count by presence, so they go as bare keys,
+// in the order given: the request is then the call the supervisor's log
+// names (/drain_listeners?graceful&inboundonly&skip_exit).
 func (a *Admin) Post(ctx context.Context, path string, flags ...string) error {
-	q := url.Values{}
-	for _, f := range flags {
-		q.Add(f, "")
+	q := make(http1.Query, len(flags))
+	for i, f := range flags {
+		q[i].Key = f
 	}
 	resp, err := a.do(ctx, "POST", path, q)
 	if err != nil {
@@ -276,9 +261,9 @@ func (a *Admin) Post(ctx context.Context, path string, flags ...string) error {
 // match, as Envoy applies it). Only used stats are asked for, so a stat that is
 // missing is zero.
 func (a *Admin) Stats(ctx context.Context, filter string) (map[string]uint64, error) {
-	q := url.Values{"usedonly": {""}}
+	q := http1.Query{{Key: "usedonly"}}
 	if filter != "" {
-		q.Set("filter", filter)
+		q = append(q, http1.Param{Key: "filter", Value: filter})
 	}
 	resp, err := a.do(ctx, "GET", "/stats", q)
 	if err != nil {
@@ -440,7 +425,7 @@ func statPort(prefix string) (uint16, bool) {
 // ListenerPorts returns the ports of the listeners Envoy reports in
 // /listeners; sockets on them are the proxy's.
 func (a *Admin) ListenerPorts(ctx context.Context) ([]uint16, error) {
-	resp, err := a.do(ctx, "GET", "/listeners", url.Values{"format": {"json"}})
+	resp, err := a.do(ctx, "GET", "/listeners", http1.Query{{Key: "format", Value: "json"}})
 	if err != nil {
 		return nil, err
 	}

@@ -83,6 +83,37 @@ func TestStatsChunked(t *testing.T) {
 	}
 }
 
+// The admin queries go as Envoy reads them: flags as bare keys in the
+// order given (the drain call as the supervisor's log names it), values
+// escaped as a query component.
+func TestAdminQueries(t *testing.T) {
+	targets := make(chan string, 1)
+	a, _, _ := adminOf(t, func(w http.ResponseWriter, r *http.Request) {
+		targets <- r.RequestURI
+		fmt.Fprintln(w, `{"listener_statuses": []}`)
+	})
+	ctx := context.Background()
+	for _, tt := range []struct {
+		call func() error
+		want string
+	}{
+		{func() error { _, err := a.Stats(ctx, ""); return err }, "/stats?usedonly"},
+		{func() error { _, err := a.Stats(ctx, `^listener\..*_15006\.downstream_cx_active$`); return err },
+			"/stats?usedonly&filter=%5Elistener%5C..%2A_15006%5C.downstream_cx_active%24"},
+		{func() error { _, err := a.ListenerPorts(ctx); return err }, "/listeners?format=json"},
+		{func() error { return a.Post(ctx, "/drain_listeners", "graceful", "inboundonly", "skip_exit") },
+			"/drain_listeners?graceful&inboundonly&skip_exit"},
+		{func() error { return a.Post(ctx, "/quitquitquit") }, "/quitquitquit"},
+	} {
+		if err := tt.call(); err != nil {
+			t.Fatalf("%s: %v", tt.want, err)
+		}
+		if got := <-targets; got != tt.want {
+			t.Errorf("asked %s, want %s", got, tt.want)
+		}
+	}
+}
+
 // An answer over maxBody is an error, chunked or not, never a cut-off
 // /stats that would count fewer connections than there are.
 func TestAdminAnswerOverTheBoundIsAnError(t *testing.T) {

@@ -28,6 +28,14 @@
 // the connection, bounded in size; interim (1xx) answers skipped, 101
 // refused.
 //
+// Queries (Query, ParseQuery, PathUnescape), on both sides: parameters
+// joined by '&', written in their order with keys and values escaped as
+// net/url's QueryEscape escapes them and a flag (an empty value) as its
+// bare key; read as net/url's ParseQuery reads them, with its errors: a
+// parameter holding ';' or a '%' without two hex digits is refused, as is a
+// query of more than 10000 parameters; a path unescaped as its PathUnescape
+// does. FuzzQueryAsNetURL holds them to net/url.
+//
 // Both sides refuse what net/http refuses (header names that are not
 // tokens, control characters in values, a bad Content-Length, codings
 // other than chunked, an HTTP/1.1 request without one Host), and more: a

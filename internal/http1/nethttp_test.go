@@ -3,11 +3,13 @@ package http1
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,6 +210,57 @@ func FuzzParseURLAsNetURL(f *testing.F) {
 		path, query, _ := strings.Cut(got.Target, "?")
 		if p, err := url.PathUnescape(path); err != nil || p != u.Path && !(p == "/" && u.Path == "") || query != u.RawQuery {
 			t.Fatalf("%q: ParseURL target %q, net/url path %q query %q", raw, got.Target, u.Path, u.RawQuery)
+		}
+	})
+}
+
+// ParseQuery and PathUnescape read what net/url's namesakes read, with the
+// same results and the same errors (the control socket answers them), and
+// what Encode writes is escaped as net/url's QueryEscape escapes it and
+// read back by net/url as the same parameters: the codec is written out to
+// keep net/url out of the binary, not to read queries otherwise.
+func FuzzQueryAsNetURL(f *testing.F) {
+	for _, s := range []string{
+		"wait=30s", "exit_code=0&peer=app&reason=signal%3A+killed", "usedonly&filter=%5Ecluster%5C.", "format=json",
+		"a;b=c", "x=1&a;b&%zz", "%zz=1&a;b", "a=%z", "x=1&%", "a=b&&c", "=x", "k=v=w", "a+b%20c=%2B", "%e2%82%ac=%FF", "signal: killed, 100%~_.-",
+		"/v1/ready", "/v1/%72eady", "/a%2fb+c", "%", "%1", strings.Repeat("&", maxParams), strings.Repeat("&", maxParams-1),
+	} {
+		f.Add(s, "peer", s)
+	}
+	f.Fuzz(func(t *testing.T, s, key, value string) {
+		q, err := ParseQuery(s)
+		want, werr := url.ParseQuery(s)
+		got := url.Values{}
+		for _, p := range q {
+			got.Add(p.Key, p.Value)
+		}
+		if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: ParseQuery %v (%v), net/url %v (%v)", s, got, err, want, werr)
+		}
+		p, err := PathUnescape(s)
+		wp, werr := url.PathUnescape(s)
+		if p != wp || fmt.Sprint(err) != fmt.Sprint(werr) {
+			t.Fatalf("%q: PathUnescape %q (%v), net/url %q (%v)", s, p, err, wp, werr)
+		}
+		q = Query{{key, value}, {value, key}, {"wait", value}}
+		var parts []string
+		want = url.Values{}
+		for _, p := range q {
+			if p.Value == "" {
+				parts = append(parts, url.QueryEscape(p.Key))
+			} else {
+				parts = append(parts, url.QueryEscape(p.Key)+"="+url.QueryEscape(p.Value))
+			}
+			if p != (Param{}) {
+				want.Add(p.Key, p.Value)
+			}
+		}
+		enc := q.Encode()
+		if enc != strings.Join(parts, "&") {
+			t.Fatalf("%q: Encode %q, net/url's escapes %q", q, enc, strings.Join(parts, "&"))
+		}
+		if back, err := url.ParseQuery(enc); err != nil || !reflect.DeepEqual(back, want) {
+			t.Fatalf("%q: Encode %q, which net/url reads as %v (%v)", q, enc, back, err)
 		}
 	})
 }
