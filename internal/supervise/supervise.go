@@ -440,16 +440,19 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 // call its release takes), so that a drain has it even if the admin API is
 // slow by then. It then waits for the group's end, since its own would end
 // the group.
+//
+// One after the other, the ports first (every drain needs them; a drain
+// that finds no call asks for one itself): at once, the two would open a
+// second connection to the admin API, whose buffers an idle supervisor
+// would then keep for its life.
 func (s *Supervisor) learnAtReady(ctx context.Context) error {
 	select {
 	case <-s.life.readiedCh():
 	case <-ctx.Done():
 		return nil
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { s.learnEnvoyPorts(ctx) })
-	wg.Go(func() { s.learnDrainCall(ctx) })
-	wg.Wait()
+	s.learnEnvoyPorts(ctx)
+	s.learnDrainCall(ctx)
 	<-ctx.Done()
 	return nil
 }
