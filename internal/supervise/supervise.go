@@ -443,8 +443,8 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 //
 // One after the other, the ports first (every drain needs them; a drain
 // that finds no call asks for one itself): at once, the two would open a
-// second connection to the admin API, whose buffers an idle supervisor
-// would then keep for its life.
+// third connection to the admin API beside the tracker's, whose buffers an
+// idle supervisor, collected rarely, keeps resident.
 func (s *Supervisor) learnAtReady(ctx context.Context) error {
 	select {
 	case <-s.life.readiedCh():
