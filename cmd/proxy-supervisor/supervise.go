@@ -60,7 +60,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	cfg.Log = newLogger(logw, o.logFormat.val)
 	cfg.Signals = sigs
 	o.logStart(cfg.Log)
-	return supervised(cfg, logw)
+	return supervised(cfg)
 }
 
 // superviseOptions are supervise's flags, as parsed; config checks them
@@ -260,17 +260,17 @@ func (o *superviseOptions) logStart(log *slog.Logger) {
 
 // supervised runs the supervisor until the proxy has exited and returns
 // its exit code.
-func supervised(cfg supervise.Config, logw io.Writer) int {
+func supervised(cfg supervise.Config) int {
 	s, err := supervise.New(cfg)
+	code := 1
 	if err != nil {
-		cfg.Log.Error("supervise", "err", err, "exit_code", 1)
-		supervise.WriteFailure(cfg, 1, err)
-		return 1
+		supervise.WriteFailure(cfg, code, err)
+	} else {
+		// A load burst must not leave its pages resident for the pod's life.
+		stopTrim := memtrim.Start(memtrim.DefaultEvery, memtrim.DefaultSlack)
+		code, err = s.Run()
+		stopTrim()
 	}
-	// A load burst must not leave its pages resident for the pod's life.
-	stopTrim := memtrim.Start(memtrim.DefaultEvery, memtrim.DefaultSlack)
-	code, err := s.Run()
-	stopTrim()
 	if err != nil {
 		cfg.Log.Error("supervise", "err", err, "exit_code", code)
 	}

@@ -71,9 +71,10 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 	for fresh := false; ; fresh = true {
 		cn, kept, err := c.get(ctx, fresh)
 		if err != nil {
-			// A dial cut by ctx's deadline says "i/o timeout".
+			// A dial cut by ctx's deadline says "i/o timeout"; the dial's
+			// own error stays in the chain (a refused port is still one).
 			if cerr := ctxErr(ctx); cerr != nil {
-				return Response{}, fmt.Errorf("%w (%v)", cerr, err)
+				return Response{}, fmt.Errorf("%w (%w)", cerr, err)
 			}
 			return Response{}, err
 		}

@@ -182,9 +182,13 @@ func (p *Process) escalate(sig syscall.Signal) {
 }
 
 // Kill kills the proxy's group at once, whatever stop is under way; no stop
-// sequence starts after it.
+// sequence starts after it. A proxy never forked is left as it is.
 func (p *Process) Kill() {
 	p.mu.Lock()
+	if p.pid == 0 {
+		p.mu.Unlock()
+		return
+	}
 	p.stopped = true
 	p.mu.Unlock()
 	p.signal(syscall.SIGKILL)

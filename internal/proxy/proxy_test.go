@@ -93,6 +93,20 @@ func TestStartOnce(t *testing.T) {
 	if p.Pid() != 0 {
 		t.Fatalf("Pid before Start = %d", p.Pid())
 	}
+	// Nothing asked before the fork holds after it: the proxy started
+	// still stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if !p.Stop() {
+		t.Error("Stop after a Kill before Start did not start the stop sequence")
+	}
+	waitExit(t, p, 10*time.Second)
+	cancel() // one reaper at a time: two would take each other's exits
 	p = run(t, Config{Command: []string{"sleep", "60"}})
 	if err := p.Start(); err == nil {
 		t.Error("a second Start forked again")

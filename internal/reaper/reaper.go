@@ -7,7 +7,7 @@
 // os.Process.Wait then fails with "no child processes". The fix, as in
 // containerd's reaper, is a single owner of wait4:
 //
-//   - Start forks a command (Spawn, a process forked some other way) and
+//   - Start forks and execs a command (Spawn, a process forked some other way) and
 //     registers its pid under the same lock, so the reaper cannot dispatch
 //     that pid's exit before someone is listening.
 //   - Run drains wait4(-1, WNOHANG) until it returns 0 or ECHILD on every
@@ -16,7 +16,8 @@
 //   - Exits of registered children go to their channel; everything else is an
 //     orphan, counted and forgotten.
 //
-// Callers must never call Wait on a command started here.
+// Callers must never wait on a pid started here (wait4, os.Process.Wait):
+// its exit is the reaper's to deliver.
 package reaper
 
 import (
@@ -141,6 +142,10 @@ func (r *Reaper) Spawn(start func() (pid int, err error)) (<-chan Exit, error) {
 	r.waiters[pid] = ch
 	return ch, nil
 }
+
+// Stop ends the SIGCHLD subscription of a reaper that will not Run, or has
+// run. A second Stop is harmless.
+func (r *Reaper) Stop() { signal.Stop(r.notify) }
 
 // Orphans is how many exits of unregistered processes have been reaped.
 func (r *Reaper) Orphans() uint64 { return r.orphans.Load() }

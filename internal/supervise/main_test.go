@@ -23,8 +23,8 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
 
-// The tests run a real Supervisor in this process. Run makes the test
-// process a child subreaper and reaps with wait4(-1), so the tests
+// The tests run a real Supervisor in this process. New makes the test
+// process a child subreaper and Run reaps with wait4(-1), so the tests
 // never run in parallel (two reapers would steal each other's exits) and
 // never call exec.Cmd.Wait while a Supervisor runs.
 
@@ -155,6 +155,10 @@ func startSupervisor(t *testing.T, mod func(h *harness, c *Config), envoyArgs ..
 // cleanup makes sure no Supervisor (and so no reaper) outlives its test, and
 // shows the logs of a failed one.
 func (h *harness) cleanup() {
+	if h.done == nil { // never run: close what New opened
+		h.s.book.Close()
+		h.s.reaper.Stop()
+	}
 	if h.done != nil {
 		select {
 		case <-h.done:

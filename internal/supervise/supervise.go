@@ -193,7 +193,11 @@ func (s *Supervisor) Run() (int, error) {
 // run is the proxy's life in the pod: the records first, then the sockets,
 // the fork, and the actors until the proxy has exited.
 func (s *Supervisor) run(sigs *Signals) (int, error) {
-	defer s.book.Close() // the watching actor closes it too: twice is harmless
+	// What New opened is closed on every way out: the book (the watching
+	// actor closes it too), and the SIGCHLD subscription of a reaper that
+	// never ran, when no proxy was forked. Twice is harmless for both.
+	defer s.book.Close()
+	defer s.reaper.Stop()
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
 	if v := s.book.Load("start"); v.Done {
