@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -26,10 +25,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	if code := p.prestop().Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d", code)
 	}
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
-	}
+	deleted(t, sup)
 	out := sup.Out.String()
 	if strings.Contains(out, "failed") || strings.Contains(out, "escalated") {
 		t.Errorf("an admin call failed, or the stop needed a signal:\n%s", out)

@@ -163,10 +163,7 @@ func TestIdleKeepAliveDoesNotHoldTheDrain(t *testing.T) {
 	}
 	// The hook's answer can come before the supervisor's log line is read.
 	sup.WaitLog("end=drained", soon)
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }
 
 // A SIGTERM that comes after the preStop's drain ended checks Envoy's

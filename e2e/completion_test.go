@@ -346,10 +346,7 @@ func TestNativeSidecarWaitsForSigterm(t *testing.T) {
 	sup.WaitLog("the proxy stays until SIGTERM", soon)
 	p.undecided(sup, "a native sidecar's peers completed")
 	start := time.Now()
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	deleted(t, sup)
 	// Every peer had completed, so the 30 s drain minimum is skipped.
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("stop took %v; the drain minimum should have been skipped", d)
@@ -377,10 +374,7 @@ func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
 	p.waitHTTP(readyURL, 503, soon)
 	app.Close()
 	start = time.Now()
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d:\n%s", code, sup.Out.String())
-	}
+	deleted(t, sup)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("SIGTERM to exit took %v; want the stop alone, not --drain-min", d)
 	}

@@ -64,10 +64,7 @@ func TestPrestopWaitsForAppPorts(t *testing.T) {
 			if sup.Wait(200 * time.Millisecond) {
 				t.Fatalf("supervisor exited %d on preStop", sup.Code())
 			}
-			sup.Signal(syscall.SIGTERM)
-			if code := sup.Exit(soon); code != 0 {
-				t.Fatalf("supervisor exit %d", code)
-			}
+			deleted(t, sup)
 			if n := strings.Count(sup.Out.String(), `msg="drain started"`); n != 1 {
 				t.Fatalf("%d drains started; preStop and SIGTERM share one", n)
 			}
@@ -96,10 +93,7 @@ func TestOpenConnectionHoldsDrain(t *testing.T) {
 	if code := hook.Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }
 
 func TestDrainTimeout(t *testing.T) {
@@ -125,10 +119,7 @@ func TestDrainTimeout(t *testing.T) {
 	if n, _ := p.metric(`proxy_supervisor_drains_total{end="timeout"}`); n != 1 {
 		t.Fatalf(`drains_total{end="timeout"} = %v, want 1`, n)
 	}
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }
 
 // Ports that are not the app's do not hold the drain: Istio's, the health

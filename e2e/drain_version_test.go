@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -151,10 +150,7 @@ func TestDrainPerEnvoyVersion(t *testing.T) {
 			if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "drained") {
 				t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 			}
-			sup.Signal(syscall.SIGTERM)
-			if code := sup.Exit(soon); code != 0 {
-				t.Fatalf("supervisor exit %d", code)
-			}
+			deleted(t, sup)
 		})
 	}
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -39,10 +38,7 @@ func TestLivenessSeesAHungEnvoy(t *testing.T) {
 	}
 	fixture(t, ctl, "silent off")
 	p.waitHTTP(liveURL, 200, soon)
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }
 
 // Liveness never fails while the proxy starts (however long its admin API
@@ -65,10 +61,7 @@ func TestLivenessHoldsWhileStartingAndDraining(t *testing.T) {
 	if code := hook.Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }
 
 // A slow Envoy is not a hung one: with every admin answer 1.2 s late (a
@@ -91,8 +84,5 @@ func TestLivenessHoldsForASlowEnvoy(t *testing.T) {
 	p.stays(liveURL, 200, 8*time.Second)
 	fixture(t, ctl, "slow 0")
 	p.waitHTTP(readyURL, 200, soon)
-	sup.Signal(syscall.SIGTERM)
-	if code := sup.Exit(soon); code != 0 {
-		t.Fatalf("supervisor exit %d", code)
-	}
+	deleted(t, sup)
 }

@@ -66,7 +66,7 @@ func deleted(t testing.TB, pr *proctest.Proc) {
 	t.Helper()
 	pr.Signal(syscall.SIGTERM)
 	if code := pr.Exit(soon); code != 0 {
-		t.Fatalf("%s exit %d on the pod's deletion, want 0", pr.Name, code)
+		t.Fatalf("%s exit %d on the pod's deletion, want 0:\n%s", pr.Name, code, pr.Out.String())
 	}
 }
 

@@ -299,9 +299,5 @@ func (e *Envoy) handleQuit(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (e *Envoy) setHealthCheckFailed(failed bool) {
-	e.mu.Lock()
-	e.hcFailed = failed
-	st := e.stateLocked()
-	e.mu.Unlock()
-	e.updateLive(st)
+	e.change(func() bool { e.hcFailed = failed; return true })
 }

@@ -64,23 +64,17 @@ func (e *Envoy) sleep(ctx context.Context, d time.Duration) bool {
 
 // advance moves the init phase forward on its own, unless a fixture took over.
 func (e *Envoy) advance(p initPhase) {
-	e.mu.Lock()
-	if e.manual || e.phase >= p {
-		e.mu.Unlock()
-		return
-	}
-	e.phase = p
-	st := e.stateLocked()
-	e.mu.Unlock()
-	e.updateLive(st)
+	e.change(func() bool {
+		if e.manual || e.phase >= p {
+			return false
+		}
+		e.phase = p
+		return true
+	})
 }
 
 func (e *Envoy) setPhase(p initPhase) {
-	e.mu.Lock()
-	e.phase = p
-	st := e.stateLocked()
-	e.mu.Unlock()
-	e.updateLive(st)
+	e.change(func() bool { e.phase = p; return true })
 }
 
 // goLive is SetState(LIVE) or SetState(DRAINING).

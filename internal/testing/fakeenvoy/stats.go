@@ -191,6 +191,18 @@ func (e *Envoy) updateServerStats() {
 	s.gauge("server.hot_restart_epoch").set(0)
 }
 
+// change applies f under the lock and, when it changed something, puts the
+// state it leaves in server.live.
+func (e *Envoy) change(f func() bool) {
+	e.mu.Lock()
+	changed := f()
+	st := e.stateLocked()
+	e.mu.Unlock()
+	if changed {
+		e.updateLive(st)
+	}
+}
+
 // updateLive keeps server.live current at once, unlike server.state.
 func (e *Envoy) updateLive(st State) {
 	live := uint64(0)
