@@ -63,6 +63,12 @@ type Tracker struct {
 	admin *Admin
 	live  *Admin // admin, with Silence for its bound
 	cfg   TrackerConfig
+	// A poll must end before the next one is due, so that a ready answer
+	// is never older than ReadyEvery; slow is the status of one that could
+	// not. Both are fixed by the config: the poll does not format its
+	// reason every 10 ms.
+	bound time.Duration
+	slow  Status
 
 	// The GET /ready still awaited, if any, and when it was sent; only
 	// Run's goroutine touches them. One at a time: a slow Envoy is not
@@ -89,10 +95,13 @@ func NewTracker(admin *Admin, cfg TrackerConfig) *Tracker {
 	}
 	live := *admin
 	live.Timeout = max(admin.Timeout, cfg.Silence)
+	bound := cfg.ReadyEvery * 9 / 10
 	return &Tracker{
 		admin:   admin,
 		live:    &live,
 		cfg:     cfg,
+		bound:   bound,
+		slow:    Status{Reason: fmt.Sprintf("admin API does not answer within %v", bound)},
 		status:  Status{Reason: "proxy starting"},
 		changed: make(chan struct{}),
 	}
@@ -204,15 +213,13 @@ func (t *Tracker) poll(ctx context.Context) Status {
 			return st
 		}
 	}
-	// A poll must end before the next one is due, so that a ready answer is
-	// never older than ReadyEvery. Its request may outlive it (ask).
-	bound := t.cfg.ReadyEvery * 9 / 10
+	// The poll is bounded by t.bound; its request may outlive it (ask).
+	bound, slow := t.bound, t.slow
 	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	if t.pending == nil {
 		t.pending, t.sent = t.ask(ctx), time.Now()
 	}
-	slow := Status{Reason: fmt.Sprintf("admin API does not answer within %v", bound)}
 	var a answer
 	select {
 	case a = <-t.pending:

@@ -70,22 +70,22 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 	// that closes its idle connections closes every one.
 	for fresh := false; ; fresh = true {
 		cn, kept, err := c.get(ctx, fresh)
-		if err != nil {
-			// A dial cut by ctx's deadline says "i/o timeout"; the dial's
-			// own error stays in the chain (a refused port is still one).
-			if cerr := ctxErr(ctx); cerr != nil {
-				return Response{}, fmt.Errorf("%w (%w)", cerr, err)
-			}
-			return Response{}, err
-		}
-		resp, keep, started, err := c.roundTrip(ctx, cn, method, target)
+		started := false
 		if err == nil {
-			c.put(cn, keep)
-			return resp, nil
+			var resp Response
+			var keep bool
+			resp, keep, started, err = c.roundTrip(ctx, cn, method, target)
+			if err == nil {
+				c.put(cn, keep)
+				return resp, nil
+			}
+			cn.Close()
 		}
-		cn.Close()
+		// A dial or a request cut by ctx's deadline may say "i/o timeout":
+		// ctx's error says why, and the cause stays in the chain (a refused
+		// port is still one).
 		if cerr := ctxErr(ctx); cerr != nil {
-			return Response{}, fmt.Errorf("%w (%v)", cerr, err)
+			return Response{}, fmt.Errorf("%w (%w)", cerr, err)
 		}
 		if !kept || started {
 			return Response{}, err
@@ -321,16 +321,6 @@ func readHead(br *bufio.Reader) (respHead, error) {
 			}
 		}
 	}
-}
-
-// headerLine splits a header line into its name, a token, and its value
-// without the spaces and tabs around it, with no control character in it.
-func headerLine(line []byte) (name, value []byte, ok bool) {
-	name, value, ok = bytes.Cut(line, []byte{':'})
-	if !ok || !isToken(name) || !only(value, cValue) {
-		return nil, nil, false
-	}
-	return name, bytes.Trim(value, " \t"), true
 }
 
 // readLine reads one line without its CRLF (or bare LF); a line longer than

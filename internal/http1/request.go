@@ -84,13 +84,12 @@ func ParseRequest(head []byte) (Request, bool) {
 		if len(line) == 0 {
 			break
 		}
-		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok || !isToken(name) || !only(value, cValue) {
-			// A name that is not a token (`Content-Length : 5`) would
-			// slip past the body check below: refused, as net/http did.
+		// A name that is not a token (`Content-Length : 5`) would slip
+		// past the body check below: refused, as net/http did.
+		name, value, ok := headerLine(line)
+		if !ok {
 			return Request{}, false
 		}
-		value = bytes.Trim(value, " \t")
 		switch {
 		case bytes.EqualFold(name, []byte("Host")):
 			if hosts++; hosts > 1 || !only(value, cHost) {
@@ -211,4 +210,14 @@ func hasToken(v []byte, token string) bool {
 		}
 	}
 	return false
+}
+
+// headerLine splits a header line into its name, a token, and its value
+// without the spaces and tabs around it, with no control character in it.
+func headerLine(line []byte) (name, value []byte, ok bool) {
+	name, value, ok = bytes.Cut(line, []byte{':'})
+	if !ok || !isToken(name) || !only(value, cValue) {
+		return nil, nil, false
+	}
+	return name, bytes.Trim(value, " \t"), true
 }
