@@ -375,16 +375,21 @@ func (b *Book) logSkipped(errs []error) {
 }
 
 // read reads one store, only as far as the policy needs: the names it
-// lists, or at most NameLimit directory entries, skipped ones included, and
-// the names the book knows already. A read's cost therefore does not grow
-// with what any container may plant in peers/ (writable by all), and what
-// was planted ahead of a known record in directory order cannot make the
-// book forget it. The caller holds mu.
+// lists, or at most NameLimit directory entries, skipped ones included,
+// and, when the listing was cut short, the names the book knows already. A
+// read's cost therefore does not grow with what any container may plant in
+// peers/ (writable by all), and what was planted ahead of a known record in
+// directory order cannot make the book forget it. A whole listing has
+// every record there is: a known name it lacks is asked for no more. The
+// caller holds mu.
 func (b *Book) read(d peers.Dir, allowed []uint32, also []string) (map[string]peers.Record, []error) {
 	if len(b.cfg.Policy.Names) > 0 {
 		return d.LoadNames(b.cfg.Policy.Names, allowed)
 	}
-	recs, errs := d.LoadUpTo(allowed, NameLimit(b.cfg.Policy))
+	recs, errs, complete := d.LoadUpTo(allowed, NameLimit(b.cfg.Policy))
+	if complete {
+		return recs, errs
+	}
 	var missed []string
 	for _, name := range append(slices.Collect(maps.Keys(b.recs)), also...) {
 		if _, ok := recs[name]; !ok && !slices.Contains(missed, name) {

@@ -220,34 +220,35 @@ func (d Dir) sync() error {
 // means all are allowed), is skipped with one error naming it. Errors are
 // never fatal: the map holds every record that could be read.
 func (d Dir) Load(allowedUIDs []uint32) (map[string]Record, []error) {
-	return d.LoadUpTo(allowedUIDs, 0)
+	recs, errs, _ := d.LoadUpTo(allowedUIDs, 0)
+	return recs, errs
 }
 
 // loadChunk is how many directory entries LoadUpTo asks for at a time.
 const loadChunk = 256
 
 // LoadUpTo is Load that examines at most limit directory entries (0: no
-// limit), in directory order, with one error saying that it stopped. Every
+// limit), in directory order, with one error saying that it stopped;
+// complete says that it read the whole listing. Every
 // entry counts, whether it loads or is skipped (a dotfile, a symlink, a
 // record of a uid that is not allowed): peers/ is writable by every uid in
 // the pod, so the cost of a read must not grow with what another container
 // planted, whatever it planted. Entries that cannot be records by their
 // type are skipped without being opened.
-func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []error) {
-	recs := map[string]Record{}
+func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (recs map[string]Record, errs []error, complete bool) {
+	recs = map[string]Record{}
 	f, err := os.Open(d.path)
 	if err != nil {
-		return recs, []error{fmt.Errorf("load records: %w", err)}
+		return recs, []error{fmt.Errorf("load records: %w", err)}, false
 	}
 	defer f.Close()
-	var errs []error
 	seen := 0
 	for {
 		ents, err := f.ReadDir(loadChunk)
 		for _, e := range ents {
 			if limit > 0 && seen >= limit {
 				errs = append(errs, fmt.Errorf("load records: more than %d entries in %s; the rest are not read", limit, d.path))
-				return recs, errs
+				return recs, errs, false
 			}
 			seen++
 			name := e.Name()
@@ -261,11 +262,11 @@ func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (map[string]Record, []err
 				errs = d.load(recs, errs, name, allowedUIDs)
 			}
 		}
+		if errors.Is(err, io.EOF) {
+			return recs, errs, true
+		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				errs = append(errs, fmt.Errorf("load records: %w", err))
-			}
-			return recs, errs
+			return recs, append(errs, fmt.Errorf("load records: %w", err)), false
 		}
 	}
 }

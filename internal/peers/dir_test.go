@@ -243,9 +243,12 @@ func TestLoadUpToCountsSkippedEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs, errs := d.LoadUpTo(nil, 10)
-	if len(recs) != 0 || len(errs) != 11 || !strings.Contains(errs[10].Error(), "more than 10 entries") {
-		t.Fatalf("LoadUpTo(nil, 10) over 100 junk files = %v and %d errors, want 10 skipped and the bound", recs, len(errs))
+	recs, errs, complete := d.LoadUpTo(nil, 10)
+	if len(recs) != 0 || len(errs) != 11 || !strings.Contains(errs[10].Error(), "more than 10 entries") || complete {
+		t.Fatalf("LoadUpTo(nil, 10) over 100 junk files = %v, %d errors, complete %v; want 10 skipped and the bound", recs, len(errs), complete)
+	}
+	if _, _, complete := d.LoadUpTo(nil, 0); !complete {
+		t.Error("LoadUpTo without a bound did not say it read the whole listing")
 	}
 }
 

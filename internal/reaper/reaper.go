@@ -7,9 +7,9 @@
 // os.Process.Wait then fails with "no child processes". The fix, as in
 // containerd's reaper, is a single owner of wait4:
 //
-//   - Start forks and execs a command (Spawn, a process forked some other way) and
-//     registers its pid under the same lock, so the reaper cannot dispatch
-//     that pid's exit before someone is listening.
+//   - Start forks and execs a command and registers its pid under the same
+//     lock, so the reaper cannot dispatch that pid's exit before someone is
+//     listening.
 //   - Run drains wait4(-1, WNOHANG) until it returns 0 or ECHILD on every
 //     SIGCHLD, because SIGCHLD coalesces: one wait4 per signal leaves zombies.
 //     A periodic sweep backs the signal up.
@@ -117,7 +117,7 @@ func (r *Reaper) Start(argv []string, attr *syscall.ProcAttr) (pid int, exit <-c
 			return 0, nil, err
 		}
 	}
-	exit, err = r.Spawn(func() (int, error) {
+	exit, err = r.spawn(func() (int, error) {
 		pid, err = syscall.ForkExec(path, argv, attr)
 		return pid, err
 	})
@@ -127,11 +127,11 @@ func (r *Reaper) Start(argv []string, attr *syscall.ProcAttr) (pid int, exit <-c
 	return pid, exit, nil
 }
 
-// Spawn registers the process that start forks, and whose pid it returns.
+// spawn registers the process that start forks, and whose pid it returns.
 // Holding the lock across the fork and the registration is what makes an
 // early exit safe: the loop may reap the pid at once, but it cannot dispatch
 // it until the pid is known.
-func (r *Reaper) Spawn(start func() (pid int, err error)) (<-chan Exit, error) {
+func (r *Reaper) spawn(start func() (pid int, err error)) (<-chan Exit, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pid, err := start()

@@ -27,10 +27,11 @@ func TestWaitReadyWaitsForTheLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Command: []string{"true"}, Admin: admin, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Config{Command: []string{"true"}, Admin: admin, ControlDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.book.Close(); s.reaper.Stop() }) // never run: close what New opened
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.tracker.Run(ctx); close(done) }() // the tracker alone: no readiness actor

@@ -29,7 +29,12 @@ const summaryWait = 100 * time.Millisecond
 // the time from start to the proxy's first readiness, and from the
 // decisive event to now.
 func (s *Supervisor) summary(code int, err error) string {
-	v := s.life.view()
+	return summaryLine(code, s.life.view(), s.start, err)
+}
+
+// summaryLine is summary for the lifecycle seen as v, started at start; a
+// zero v is a supervisor that nothing decided and that was never ready.
+func summaryLine(code int, v view, start time.Time, err error) string {
 	now := time.Now()
 	why := v.decidedBy
 	if why == "" {
@@ -39,16 +44,11 @@ func (s *Supervisor) summary(code int, err error) string {
 	if v.readyAt.IsZero() {
 		line += "; never ready"
 	} else {
-		line += fmt.Sprintf("; ready %v after start", roundMs(v.readyAt.Sub(s.start)))
+		line += fmt.Sprintf("; ready %v after start", roundMs(v.readyAt.Sub(start)))
 	}
 	if !v.decidedAt.IsZero() {
 		line += fmt.Sprintf("; exit %v after the decision", roundMs(now.Sub(v.decidedAt)))
 	}
-	return clip(line, err)
-}
-
-// clip ends the line with the error, if any, within summaryMax.
-func clip(line string, err error) string {
 	if err != nil {
 		line += "; error: " + err.Error()
 	}
@@ -74,8 +74,7 @@ func (s *Supervisor) writeSummary(code int, err error) {
 // WriteFailure writes the termination message of a supervisor that New
 // refused, which exits with code before anything ran.
 func WriteFailure(cfg Config, code int, err error) {
-	line := clip(fmt.Sprintf("proxy-supervisor: exit %d (nothing decided); never ready", code), err)
-	writeTerminationLog(cfg.TerminationLog, line, cfg.Log)
+	writeTerminationLog(cfg.TerminationLog, summaryLine(code, view{}, time.Time{}, err), cfg.Log)
 }
 
 // writeTerminationLog replaces the file's content with line, unless path

@@ -385,18 +385,18 @@ func (s *Supervisor) stop(why string) {
 // group's end (its status at the proxy's exit) is still acted on.
 func (s *Supervisor) followReadiness(ctx context.Context, sock *control.Server) error {
 	for {
+		// Read at the group's end too: one last take after ctx is done.
+		done := ctx.Err() != nil
 		changes, more := s.tracker.Changes()
 		for _, c := range changes {
 			s.readinessChanged(c, sock)
 		}
+		if done {
+			return nil
+		}
 		select {
 		case <-more:
 		case <-ctx.Done():
-			changes, _ := s.tracker.Changes()
-			for _, c := range changes {
-				s.readinessChanged(c, sock)
-			}
-			return nil
 		}
 	}
 }
