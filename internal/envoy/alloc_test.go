@@ -58,3 +58,24 @@ func BenchmarkLivePoll(b *testing.B) {
 		}
 	}
 }
+
+// A tracker's poll of a proxy that is bound but not yet LIVE, which it
+// makes every 10 ms while Envoy starts.
+func BenchmarkTrackerPollStarting(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("PRE_INITIALIZING\n"))
+	}))
+	defer srv.Close()
+	a, err := NewAdmin(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := NewTracker(a, TrackerConfig{})
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if st := t.poll(context.Background()); st.Ready || st.Reason != "PRE_INITIALIZING" {
+			b.Fatalf("poll = %+v", st)
+		}
+	}
+}
