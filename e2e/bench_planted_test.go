@@ -31,7 +31,7 @@ func BenchmarkPlantedFiles(b *testing.B) {
 		for range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			t0 := time.Now()
-			err := c.Complete(ctx, "app", 0, "")
+			err := c.Complete(ctx, control.Completion{Peer: "app", Code: 0})
 			lat = append(lat, millis(time.Since(t0)))
 			cancel()
 			if err != nil {

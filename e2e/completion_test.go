@@ -142,7 +142,10 @@ func TestCompletionBeforeFirstStart(t *testing.T) {
 }
 
 // SIGTERM to exec while it waits for the proxy ends the run with a record
-// (signaled), not with a lock released by death (lost).
+// (signaled, and the stop signal that came), not with a lock released by
+// death (lost). The kubelet's stop of the app is a termination's: the
+// supervisor waits for its own SIGTERM, which, before the proxy was ever
+// ready, decides 143.
 func TestExecSignaledWhileWaiting(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
@@ -157,6 +160,9 @@ func TestExecSignaledWhileWaiting(t *testing.T) {
 		t.Fatal("exec ran the app")
 	}
 	waitRecord(t, p.dir, "app", `"reason":"signaled"`)
+	waitRecord(t, p.dir, "app", `"stop":{"signal":"SIGTERM"`)
+	sup.WaitLog("peer stopped from outside", soon)
+	sup.Signal(syscall.SIGTERM)
 	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("supervisor exit %d, want 143 (signal before ready)", code)
 	}
@@ -312,7 +318,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := c.Complete(ctx, fmt.Sprintf("peer-%d", i), 0, ""); err != nil {
+			if err := c.Complete(ctx, control.Completion{Peer: fmt.Sprintf("peer-%d", i), Code: 0}); err != nil {
 				errs <- err
 			}
 		}()
@@ -328,7 +334,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 	p.undecided(sup, "1000 of 1001 peers")
 	ctx, cancel := context.WithTimeout(context.Background(), soon)
 	defer cancel()
-	if err := c.Complete(ctx, "last", 0, ""); err != nil {
+	if err := c.Complete(ctx, control.Completion{Peer: "last", Code: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if code := sup.Exit(soon); code != 0 {

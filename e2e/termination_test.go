@@ -92,14 +92,18 @@ func TestRestartPolicyFlags(t *testing.T) {
 	}
 }
 
-// The deletion race: the kubelet SIGTERMs the app and, 0 to 100 ms later,
-// runs the proxy's preStop hook, then SIGTERMs the proxy. The app dies at
-// once of SIGTERM (signaled, 143). The proxy must take that for the pod's
-// deletion: the hook succeeds and the supervisor exits 0. (It exited 143 as
-// soon as the app's record arrived, and the hook then failed.)
+// The deletion race: the kubelet SIGTERMs the app and, 0 to 100 ms later
+// on a quiet node, seconds later on a busy one, runs the proxy's preStop
+// hook, then SIGTERMs the proxy. The app dies at once of SIGTERM (signaled,
+// 143). exec forwarded the kubelet's SIGTERM and says so with the app's
+// end, so the proxy takes it for the pod's termination and waits for its
+// own hook: the hook succeeds and the supervisor exits 0. (It exited 143 as
+// soon as the app's record arrived, and later with a 2 s window, which a
+// hook 3 s late missed: the hook then found no supervisor.)
 func TestDeletionRaceExitsZero(t *testing.T) {
-	for _, lag := range []time.Duration{0, 30 * time.Millisecond, 100 * time.Millisecond} {
+	for _, lag := range []time.Duration{0, 30 * time.Millisecond, 100 * time.Millisecond, 3 * time.Second} {
 		t.Run(fmt.Sprint(lag), func(t *testing.T) {
+			t.Parallel()
 			p := newPod(t)
 			sup := p.supervise(nil)
 			app := p.app("app", nil, "echo running; exec sleep 60")
@@ -125,14 +129,42 @@ func TestDeletionRaceExitsZero(t *testing.T) {
 	}
 }
 
-// An app that dies of SIGTERM without a deletion (nothing follows within
-// the window) still fails the Job with its 143, once the window has passed.
-func TestSIGTERMedAppWithoutDeletion(t *testing.T) {
+// The kubelet stops the app alone (a failed liveness probe under Never):
+// exec reports its SIGTERM, and no termination reaches the proxy. The
+// supervisor waits for one within the grace period and the 2 s window from
+// the app's stop, then the app's 143 fails the Job.
+func TestKubeletStopsTheAppAlone(t *testing.T) {
+	t.Parallel()
 	p := newPod(t)
-	sup := p.supervise(nil)
+	sup := p.supervise([]string{"--grace-period", "3s", "--drain-timeout", "1s", "--stop-timeout", "1s"})
 	app := p.app("app", nil, "echo running; exec sleep 60")
 	app.WaitLog("running", soon)
+	stopped := time.Now()
 	app.Signal(syscall.SIGTERM)
+	if code := app.Exit(soon); code != 143 {
+		t.Fatalf("app exit %d, want 143", code)
+	}
+	sup.WaitLog("peer stopped from outside; waiting for the pod's termination", soon)
+	if code := sup.Exit(soon + 5*time.Second); code != 143 {
+		t.Fatalf("supervisor exit %d, want the app's 143", code)
+	}
+	if d := time.Since(stopped); d < 5*time.Second {
+		t.Fatalf("decided %v after the app's stop; want the 3 s grace period and the 2 s window first", d)
+	}
+	if !strings.Contains(sup.Out.String(), "no pod deletion followed") {
+		t.Fatal("the exit does not say no deletion followed")
+	}
+}
+
+// An app killed by SIGTERM from inside the pod (here, by itself) without
+// exec seeing a stop signal: nothing tells a deletion from a kill, so it
+// waits the 2 s deletion window, and with nothing following, its 143 fails
+// the Job.
+func TestSIGTERMedAppWithoutDeletion(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	sup := p.supervise(nil)
+	app := p.app("app", nil, "echo running; kill -TERM $$; exec sleep 60")
 	if code := app.Exit(soon); code != 143 {
 		t.Fatalf("app exit %d, want 143", code)
 	}

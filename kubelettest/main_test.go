@@ -174,7 +174,8 @@ func buildImages(agent pilotAgent) ([]string, error) {
 	images := []image{
 		{pauseImage, []imageFile{{bin("pause"), "pause"}}, []string{"/pause"}},
 		{clientImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}}, []string{"/proxy-supervisor"}},
-		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}}, []string{"/proxy-supervisor"}},
+		// podapp, for hooks that wait before they run (podapp's exec step).
+		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}, {bin("podapp"), "podapp"}}, []string{"/proxy-supervisor"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
 	}
 	// What the shipped images are built from: the binary and the Istio

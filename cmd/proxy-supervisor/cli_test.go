@@ -147,7 +147,7 @@ func TestRecordedWithoutSupervisorIsCalm(t *testing.T) {
 		"complete": "proxy-supervisor: complete: completion of app (exit 3) recorded; no supervisor is listening: it has read the record and stopped already, or reads it when it starts\n",
 	} {
 		var out bytes.Buffer
-		if err := newReporter(cmd, t.TempDir(), "app", nil, &out).poke(3, peers.Exited); err != nil || out.String() != want {
+		if err := newReporter(cmd, t.TempDir(), "app", nil, &out).poke(peers.Record{ExitCode: 3, Reason: peers.Exited}); err != nil || out.String() != want {
 			t.Errorf("%s: %v, said %q; want %q", cmd, err, out.String(), want)
 		}
 	}

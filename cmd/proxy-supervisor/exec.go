@@ -66,15 +66,15 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 		return code
 	}
 
-	code, reason, err := runChild(cmdline, sigs, func() { oneP(env) })
+	end, err := runChild(cmdline, sigs, func() { oneP(env) })
 	if err != nil {
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v\n", err)
 	}
 	// The app's code is exec's code whatever becomes of the report: it is
 	// the one fact the kubelet must get right, and a success turned into a
 	// failure would make OnFailure run finished work again.
-	rep.finish(st.run, code, reason, *timeout, sigs)
-	return code
+	rep.finish(st.run, end, *timeout, sigs)
+	return end.ExitCode
 }
 
 // checkExec checks exec's arguments; its errors are bad usage.
@@ -95,7 +95,7 @@ type execStart struct {
 	ready   bool       // the proxy is ready
 	why     string     // why not
 	refused error      // the supervisor refused the request
-	stop    os.Signal  // a stop signal ended the wait
+	stop    peers.Stop // a stop signal ended the wait
 }
 
 // markAndWait claims the name and marks it running while the readiness
@@ -149,8 +149,8 @@ func markAndWait(sigs <-chan os.Signal, rep reporter, d peers.Dir, name string, 
 }
 
 // watchStops cancels the wait at the first stop signal, and hands it on.
-func watchStops(ctx context.Context, cancel func(), sigs <-chan os.Signal) (stopped <-chan os.Signal, watched <-chan struct{}) {
-	stop, done := make(chan os.Signal, 1), make(chan struct{})
+func watchStops(ctx context.Context, cancel func(), sigs <-chan os.Signal) (stopped <-chan peers.Stop, watched <-chan struct{}) {
+	stop, done := make(chan peers.Stop, 1), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
@@ -162,7 +162,7 @@ func watchStops(ctx context.Context, cancel func(), sigs <-chan os.Signal) (stop
 				if !isStop(sig) {
 					continue
 				}
-				stop <- sig
+				stop <- peers.StopOf(sig.(syscall.Signal), time.Now())
 				cancel()
 			case <-ctx.Done():
 			}
@@ -179,24 +179,24 @@ func (st execStart) outcome(rep reporter, command string, timeout time.Duration,
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: "+format+"\n", args...)
 		return code, false
 	}
+	notReady := peers.Record{ExitCode: peers.NotReadyCode, Reason: peers.NotReady}
 	switch {
-	case st.err != nil && st.stop != nil:
+	case st.err != nil && !st.stop.IsZero():
 		// Nothing was marked running, so there is no record to finish.
-		return fail(128+int(st.stop.(syscall.Signal)), "%v while waiting for the supervisor: %v", st.stop, st.err)
+		return fail(st.stop.Code(), "%s while waiting for the supervisor: %v", st.stop.Signal, st.err)
 	case st.err != nil:
 		return fail(peers.NotReadyCode, "%v", st.err)
-	case st.stop != nil:
-		code := 128 + int(st.stop.(syscall.Signal))
-		fmt.Fprintf(stderr, "proxy-supervisor: exec: %v while waiting for the proxy; not running %s\n", st.stop, command)
-		rep.finish(st.run, code, peers.Signaled, 0, nil)
-		return code, false
+	case !st.stop.IsZero():
+		fmt.Fprintf(stderr, "proxy-supervisor: exec: %s while waiting for the proxy; not running %s\n", st.stop.Signal, command)
+		rep.finish(st.run, peers.Record{ExitCode: st.stop.Code(), Reason: peers.Signaled, Stop: st.stop}, 0, nil)
+		return st.stop.Code(), false
 	case st.refused != nil:
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: the supervisor refused: %v; not running %s\n", st.refused, command)
-		rep.finish(st.run, peers.NotReadyCode, peers.NotReady, 0, nil)
+		rep.finish(st.run, notReady, 0, nil)
 		return peers.NotReadyCode, false
 	case !st.ready:
 		fmt.Fprintf(stderr, "proxy-supervisor: exec: proxy not ready after %v: %s; not running %s\n", timeout, st.why, command)
-		rep.finish(st.run, peers.NotReadyCode, peers.NotReady, 0, nil)
+		rep.finish(st.run, notReady, 0, nil)
 		return peers.NotReadyCode, false
 	}
 	return 0, true
@@ -247,13 +247,14 @@ func writeWhenReady(d peers.Dir, rec peers.Record, deadline time.Time, stderr io
 	}
 }
 
-// runChild runs COMMAND and returns its code the way a shell would: its exit
-// code, 128+N for signal N, 127 or 126 when it cannot be started. started
-// runs once COMMAND has started.
-func runChild(argv []string, sigs <-chan os.Signal, started func()) (int, peers.Reason, error) {
+// runChild runs COMMAND and returns its end: its code the way a shell
+// would give it (its exit code, 128+N for signal N, 127 or 126 when it
+// cannot be started), and the first stop signal forwarded to it, if one
+// was. started runs once COMMAND has started.
+func runChild(argv []string, sigs <-chan os.Signal, started func()) (peers.Record, error) {
 	r, err := reaper.New()
 	if err != nil {
-		return 1, peers.Exited, err
+		return peers.Record{ExitCode: 1, Reason: peers.Exited}, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -262,21 +263,31 @@ func runChild(argv []string, sigs <-chan os.Signal, started func()) (int, peers.
 	// blocking mode, as os/exec did, so that the app does not meet EAGAIN.
 	pid, exited, err := r.Start(argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{os.Stdin.Fd(), os.Stdout.Fd(), os.Stderr.Fd()}})
 	if err != nil {
-		return reaper.StartCode(err), peers.Exited, fmt.Errorf("start: %w", err)
+		return peers.Record{ExitCode: reaper.StartCode(err), Reason: peers.Exited}, fmt.Errorf("start: %w", err)
 	}
 	go r.Run(ctx)
 	started()
+	var stop peers.Stop
 	for {
 		select {
 		case sig := <-sigs:
+			// Every signal exec gets came from outside the app: the
+			// kubelet's stop, or a kill of the container's PID 1. The
+			// first stop signal is the evidence the supervisor needs to
+			// tell a pod's termination from an app that died by itself
+			// (design.md, the deletion race), so it goes with the end.
+			if stop.IsZero() && isStop(sig) {
+				stop = peers.StopOf(sig.(syscall.Signal), time.Now())
+			}
 			// To the child alone, as tini does: the app decides what its
 			// own children get.
 			syscall.Kill(pid, sig.(syscall.Signal))
 		case e := <-exited:
+			end := peers.Record{ExitCode: e.Code(), Reason: peers.Exited, Stop: stop}
 			if e.Status.Signaled() {
-				return e.Code(), peers.Signaled, nil
+				end.Reason = peers.Signaled
 			}
-			return e.Code(), peers.Exited, nil
+			return end, nil
 		}
 	}
 }
@@ -303,21 +314,23 @@ func (r reporter) say(format string, args ...any) {
 	fmt.Fprintf(r.stderr, "proxy-supervisor: %s: "+format+"\n", append([]any{r.cmd}, args...)...)
 }
 
-// finish records exec's end and tells the supervisor. run is the running
-// record's lock, nil when it could not be taken. It is released only once
-// the end is recorded or reported: released first, it would make the
-// supervisor count the run lost (137) before the report arrived. When the
-// record cannot be written, a supervisor that does not answer is waited
-// for up to wait (zero: asked once), or until a stop signal on sigs.
-func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait time.Duration, sigs <-chan os.Signal) {
+// finish records exec's end (its code, reason and stop) and tells the
+// supervisor. run is the running record's lock, nil when it could not be
+// taken. It is released only once the end is recorded or reported:
+// released first, it would make the supervisor count the run lost (137)
+// before the report arrived. When the record cannot be written, a
+// supervisor that does not answer is waited for up to wait (zero: asked
+// once), or until a stop signal on sigs.
+func (r reporter) finish(run *peers.Run, end peers.Record, wait time.Duration, sigs <-chan os.Signal) {
+	end.Name = r.name
 	var err error
 	if run != nil {
-		err = run.Finish(code, reason) // releases the lock only once the record is in place
+		err = run.Finish(end.ExitCode, end.Reason, end.Stop) // releases the lock only once the record is in place
 	} else {
-		err = peers.Open(r.dir).Write(peers.Record{Name: r.name, ExitCode: code, Reason: reason})
+		err = peers.Open(r.dir).Write(end)
 	}
 	if err == nil {
-		r.poke(code, reason)
+		r.poke(end)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -335,7 +348,7 @@ func (r reporter) finish(run *peers.Run, code int, reason peers.Reason, wait tim
 			}
 		}
 	}()
-	r.deliver(ctx, code, reason, err)
+	r.deliver(ctx, end, err)
 	r.release(run)
 }
 
@@ -353,10 +366,11 @@ func (r reporter) release(run *peers.Run) {
 // poke tells the supervisor to read the records now. It fails only when the
 // supervisor refused the report (an unknown name, say); a supervisor that is
 // not listening reads the record when it starts.
-func (r reporter) poke(code int, reason peers.Reason) error {
+func (r reporter) poke(end peers.Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pokeTimeout)
 	defer cancel()
-	err := r.client.Complete(ctx, r.name, code, string(reason))
+	code := end.ExitCode
+	err := r.client.Complete(ctx, r.completion(end))
 	switch {
 	case err == nil:
 		return nil
@@ -386,14 +400,15 @@ const pokeTimeout = 5 * time.Second
 // none answers, it asks again until ctx ends: a restarting proxy container
 // comes back. The supervisor keeps what it is told (peers/.posted, and in
 // memory if the volume refuses that too).
-func (r reporter) deliver(ctx context.Context, code int, reason peers.Reason, why error) error {
+func (r reporter) deliver(ctx context.Context, end peers.Record, why error) error {
+	code := end.ExitCode
 	r.say("cannot record the completion of %s (exit %d): %v; reporting it over the socket", r.name, code, why)
 	c := r.client
 	said := false
 	for {
 		// Each try gets its own bound, so that a wait of zero still asks once.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pokeTimeout)
-		err := c.Complete(rctx, r.name, code, string(reason))
+		err := c.Complete(rctx, r.completion(end))
 		cancel()
 		switch {
 		case err == nil:
@@ -414,6 +429,11 @@ func (r reporter) deliver(ctx context.Context, code int, reason peers.Reason, wh
 		case <-time.After(deliverEvery):
 		}
 	}
+}
+
+// completion is this peer's end as the socket reports it.
+func (r reporter) completion(end peers.Record) control.Completion {
+	return control.Completion{Peer: r.name, Code: end.ExitCode, Reason: string(end.Reason), StopSignal: end.Stop.Signal, StoppedAt: end.Stop.At}
 }
 
 // deliverEvery is how often deliver asks again.
@@ -446,14 +466,14 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 	err := writeWhenReady(peers.Open(*dir), rec, deadline, stderr)
 	switch {
 	case err == nil:
-		if rep.poke(int(code), peers.Exited) != nil {
+		if rep.poke(rec) != nil {
 			return 1
 		}
 		return 0
 	case unwritable(err), errors.As(err, new(*peers.TakenError)):
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		if rep.deliver(ctx, int(code), peers.Exited, err) != nil {
+		if rep.deliver(ctx, rec, err) != nil {
 			return 1
 		}
 		return 0

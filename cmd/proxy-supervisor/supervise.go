@@ -107,7 +107,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.drainTimeout = f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
 	o.stopTimeout = f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	o.quitGrace = f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
-	o.gracePeriod = f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit")
+	o.gracePeriod = f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit. It also bounds the wait of a peer that the kubelet stopped for the pod's termination to reach the proxy (0 there: Kubernetes' default, 30s)")
 	f.fs.Var(&o.appPorts, "app-ports", "allowlist of the app's ports; when set, only these count as the app's (use it when other sidecars listen too)")
 	f.fs.Var(&o.proxyUID, "proxy-uid", "uid of the proxy; listening sockets it owns are the proxy's (1337 under Istio)")
 	f.fs.Var(&o.allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
@@ -172,6 +172,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 		StopTimeout:          *o.stopTimeout,
 		DrainMin:             *o.drainMin,
 		DrainTimeout:         *o.drainTimeout,
+		GracePeriod:          *o.gracePeriod,
 		DrainInboundOnly:     *o.inbound,
 		DrainHealthcheckFail: *o.hcFail,
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(o.proxyUID), AppPorts: o.appPorts},

@@ -235,8 +235,8 @@ func (e *NotOwnerError) Forbidden() bool { return true }
 // A report that would settle the verdict is confirmed by a full read, since
 // another peer's exec may have marked a new run since the last one, and a
 // record from its earlier run must not end it.
-func (b *Book) Report(peer string, code int, reason string, caller int64) (peers.Verdict, error) {
-	r, err := b.check(peer, code, reason)
+func (b *Book) Report(report peers.Record, caller int64) (peers.Verdict, error) {
+	r, err := b.check(report)
 	if err != nil {
 		return peers.Verdict{}, err
 	}
@@ -258,7 +258,7 @@ func (b *Book) Report(peer string, code int, reason string, caller int64) (peers
 			return peers.Verdict{}, &NotOwnerError{Peer: r.Name, Owner: owner, Caller: uint32(caller)}
 		}
 	}
-	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason {
+	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason || !d.Stop.Equal(r.Stop) {
 		b.keep(r)
 		if caller >= 0 && !ok {
 			b.reporters[r.Name] = uint32(caller)
@@ -268,20 +268,20 @@ func (b *Book) Report(peer string, code int, reason string, caller int64) (peers
 	return b.apply(r.Name, latest(b.recs[r.Name], d), "poke from "+r.Name), nil
 }
 
-// check turns a report into a record: the name must be one the policy
-// accepts, the reason one a client may give (lost is the supervisor's to
-// conclude), the code 0 to 255.
-func (b *Book) check(peer string, code int, reason string) (peers.Record, error) {
-	if err := b.cfg.Policy.Accepts(peer); err != nil {
+// check turns a report into a final record, stamped now: the name must be
+// one the policy accepts, the reason one a client may give (lost is the
+// supervisor's to conclude), the code 0 to 255.
+func (b *Book) check(report peers.Record) (peers.Record, error) {
+	if err := b.cfg.Policy.Accepts(report.Name); err != nil {
 		return peers.Record{}, err
 	}
-	r := peers.Record{Name: peer, ExitCode: code, Reason: peers.Reason(reason), Time: time.Now()}
+	r := peers.Record{Name: report.Name, ExitCode: report.ExitCode, Reason: report.Reason, Time: time.Now(), Stop: report.Stop}
 	switch r.Reason {
 	case "":
 		r.Reason = peers.Exited
 	case peers.Exited, peers.Signaled, peers.NotReady:
 	default:
-		return peers.Record{}, fmt.Errorf("reason %q: want exited, signaled or not-ready", reason)
+		return peers.Record{}, fmt.Errorf("reason %q: want exited, signaled or not-ready", report.Reason)
 	}
 	if err := r.Validate(); err != nil {
 		return peers.Record{}, err

@@ -147,7 +147,7 @@ func TestReportDoesNotSettleOnAStaleRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer run.Abort()
-	if _, err := b.Report("side", 0, "", Anyone); err != nil {
+	if _, err := b.Report(peers.Record{Name: "side", ExitCode: 0}, Anyone); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -168,15 +168,15 @@ func TestPostedNamesAreBounded(t *testing.T) {
 		t.Fatalf("NameLimit(%+v) = %d, want %d", policy, limit, MinNames)
 	}
 	for i := range limit {
-		if _, err := b.Report(fmt.Sprintf("p%d", i), 1, "", Anyone); err != nil {
+		if _, err := b.Report(peers.Record{Name: fmt.Sprintf("p%d", i), ExitCode: 1}, Anyone); err != nil {
 			t.Fatalf("report %d of %d: %v", i+1, limit, err)
 		}
 	}
-	_, err := b.Report("one-too-many", 1, "", Anyone)
+	_, err := b.Report(peers.Record{Name: "one-too-many", ExitCode: 1}, Anyone)
 	if err == nil || !strings.Contains(err.Error(), "bound") {
 		t.Fatalf("a name past the bound: %v; want a refusal naming the bound", err)
 	}
-	if _, err := b.Report("p0", 0, "", Anyone); err != nil {
+	if _, err := b.Report(peers.Record{Name: "p0", ExitCode: 0}, Anyone); err != nil {
 		t.Fatalf("a known name past the bound: %v", err)
 	}
 	if got := NameLimit(peers.Policy{Count: 100}); got != 400 {

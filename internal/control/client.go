@@ -220,12 +220,15 @@ func (c *Client) markedAt(dfd int, name string) bool {
 		st.Mode&ReadyMark != 0 && slices.Contains(c.trusted, st.Uid)
 }
 
-// Complete reports that peer finished with code, for the given reason
-// (empty means exited).
-func (c *Client) Complete(ctx context.Context, peer string, code int, reason string) error {
-	q := http1.Query{{Key: "exit_code", Value: strconv.Itoa(code)}, {Key: "peer", Value: peer}}
-	if reason != "" {
-		q = append(q, http1.Param{Key: "reason", Value: reason})
+// Complete reports how a peer ended.
+func (c *Client) Complete(ctx context.Context, done Completion) error {
+	q := http1.Query{{Key: "exit_code", Value: strconv.Itoa(done.Code)}, {Key: "peer", Value: done.Peer}}
+	if done.Reason != "" {
+		q = append(q, http1.Param{Key: "reason", Value: done.Reason})
+	}
+	if done.StopSignal != "" {
+		q = append(q, http1.Param{Key: "stop_signal", Value: done.StopSignal},
+			http1.Param{Key: "stopped_at", Value: done.StoppedAt.Format(time.RFC3339Nano)})
 	}
 	status, err := c.do(ctx, "POST", "/v1/complete", q, nil)
 	if err == nil && status != 202 {

@@ -78,7 +78,7 @@ func TestReadyAndCompleteShareAConnection(t *testing.T) {
 	if ok, why, err := c.Ready(ctx, time.Second); !ok || err != nil {
 		t.Fatalf("Ready: %v %q %v", ok, why, err)
 	}
-	if err := c.Complete(ctx, "app", 0, ""); err != nil {
+	if err := c.Complete(ctx, Completion{Peer: "app", Code: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if n := dials.Load(); n != 1 {
@@ -95,7 +95,7 @@ func TestRequestAfterTheServerClosedTheKeptConnection(t *testing.T) {
 	dials := countDials(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Complete(ctx, "app", 0, ""); err != nil {
+	if err := c.Complete(ctx, Completion{Peer: "app", Code: 0}); err != nil {
 		t.Fatal(err)
 	}
 	var kept []net.Conn
@@ -106,7 +106,7 @@ func TestRequestAfterTheServerClosedTheKeptConnection(t *testing.T) {
 	for _, cn := range kept {
 		cn.Close()
 	}
-	if err := c.Complete(ctx, "app", 0, ""); err != nil {
+	if err := c.Complete(ctx, Completion{Peer: "app", Code: 0}); err != nil {
 		t.Fatalf("after the server closed the kept connection: %v", err)
 	}
 	if n := dials.Load(); n != 2 {
@@ -201,7 +201,7 @@ func TestTheMarksConnectionCarriesTheCompletion(t *testing.T) {
 			if tc.headWait < time.Second {
 				proctest.Eventually(t, 5*time.Second, "the server closes the unused connection", func() bool { return openConns(s) == 0 })
 			}
-			if err := c.Complete(ctx, "app", 0, ""); err != nil {
+			if err := c.Complete(ctx, Completion{Peer: "app", Code: 0}); err != nil {
 				t.Fatal(err)
 			}
 			if n := dials.Load(); n != tc.wantDials {

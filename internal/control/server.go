@@ -72,16 +72,28 @@ type Backend interface {
 	// WaitReady blocks until the proxy can carry the app's traffic or ctx
 	// ends, and says why not when it cannot.
 	WaitReady(ctx context.Context) (ready bool, why string)
-	// Complete records that peer finished; ctx carries the caller's uid
+	// Complete records that a peer finished; ctx carries the caller's uid
 	// (CallerUID). An error means bad input (400), or a refusal of the
 	// caller (403) when it has a method Forbidden that returns true.
-	Complete(ctx context.Context, peer string, code int, reason string) error
+	Complete(ctx context.Context, c Completion) error
 	// Drain starts the drain if it has not started, and waits until it ends
 	// or ctx does. It reports whether the drain condition was met, and why
 	// not.
 	Drain(ctx context.Context) (drained bool, why string)
 	// Status is the supervisor's state, encoded as JSON.
 	Status() any
+}
+
+// Completion is what POST /v1/complete reports: how a peer ended.
+type Completion struct {
+	Peer   string
+	Code   int
+	Reason string // exited, signaled or not-ready; empty is exited
+	// StopSignal names the stop signal that exec received from outside and
+	// forwarded to the app before it ended (the kubelet stopping the app
+	// container), and StoppedAt says when; empty when none came.
+	StopSignal string
+	StoppedAt  time.Time
 }
 
 // Server serves the control socket.
@@ -452,7 +464,7 @@ func lookup(path string) (endpoint, bool) {
 	case "/v1/ready":
 		return endpoint{"GET", []string{"wait"}, (*handler).ready}, true
 	case "/v1/complete":
-		return endpoint{"POST", []string{"exit_code", "peer", "reason"}, (*handler).complete}, true
+		return endpoint{"POST", []string{"exit_code", "peer", "reason", "stop_signal", "stopped_at"}, (*handler).complete}, true
 	case "/v1/drain":
 		return endpoint{"POST", []string{"wait"}, (*handler).drain}, true
 	case "/v1/status":
@@ -528,7 +540,13 @@ func (h *handler) complete(ctx context.Context, q http1.Query) answer {
 	if peer == "" {
 		peer = DefaultPeer
 	}
-	if err := h.b.Complete(ctx, peer, code, q.Get("reason")); err != nil {
+	c := Completion{Peer: peer, Code: code, Reason: q.Get("reason"), StopSignal: q.Get("stop_signal")}
+	if at := q.Get("stopped_at"); at != "" {
+		if c.StoppedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return fail(400, "stopped_at %q: want an RFC 3339 time", at)
+		}
+	}
+	if err := h.b.Complete(ctx, c); err != nil {
 		status := 400
 		var f interface{ Forbidden() bool }
 		if errors.As(err, &f) && f.Forbidden() {

@@ -51,13 +51,17 @@ func (b *backend) WaitReady(ctx context.Context) (bool, string) {
 	}
 }
 
-func (b *backend) Complete(_ context.Context, peer string, code int, reason string) error {
-	if peer == "unknown" {
+func (b *backend) Complete(_ context.Context, c Completion) error {
+	if c.Peer == "unknown" {
 		return errors.New(`peer "unknown" is not in --peers`)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.complete = append(b.complete, fmt.Sprintf("%s=%d/%s", peer, code, reason))
+	done := fmt.Sprintf("%s=%d/%s", c.Peer, c.Code, c.Reason)
+	if c.StopSignal != "" {
+		done += fmt.Sprintf("/%s@%s", c.StopSignal, c.StoppedAt.UTC().Format(time.RFC3339Nano))
+	}
+	b.complete = append(b.complete, done)
 	if b.onComplete != nil {
 		b.onComplete()
 	}
@@ -216,6 +220,8 @@ func TestCompleteValidation(t *testing.T) {
 		{"POST /v1/complete?exit_code=%zz HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `{"error":"invalid URL escape \"%zz\""}`},
 		{"POST /v1/complete?exit_code=0;peer=job HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `{"error":"invalid semicolon separator in query"}`},
 		{"POST /v1/%63omplete?exit_code=4&peer=jo%62&reason=a+b%2Bc HTTP/1.1\r\nHost: x\r\n\r\n", "202 Accepted", `"peer":"job"`},
+		{"POST /v1/complete?exit_code=143&peer=job&reason=signaled&stop_signal=SIGTERM&stopped_at=2026-11-26T10:00:00.5Z HTTP/1.1\r\nHost: x\r\n\r\n", "202 Accepted", `"exit_code":143`},
+		{"POST /v1/complete?exit_code=143&stop_signal=SIGTERM&stopped_at=yesterday HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `stopped_at \"yesterday\": want an RFC 3339 time`},
 		{"GET /v1/complete?exit_code=0 HTTP/1.1\r\nHost: x\r\n\r\n", "405 Method Not Allowed", `needs POST`},
 		{"POST /v1/ready HTTP/1.1\r\nHost: x\r\n\r\n", "405 Method Not Allowed", `needs GET`},
 		{"GET /v1/ready?wait=forever HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request", `want a duration`},
@@ -232,7 +238,8 @@ func TestCompleteValidation(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.complete) != 3 || b.complete[1] != "job=3/signaled" || b.complete[2] != "job=4/a b+c" {
+	if len(b.complete) != 4 || b.complete[1] != "job=3/signaled" || b.complete[2] != "job=4/a b+c" ||
+		b.complete[3] != "job=143/signaled/SIGTERM@2026-11-26T10:00:00.5Z" {
 		t.Fatalf("recorded %v", b.complete)
 	}
 }

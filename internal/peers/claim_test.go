@@ -39,7 +39,7 @@ func TestBeginTogetherNeverBothRun(t *testing.T) {
 		}
 		for _, r := range runs {
 			if r != nil {
-				if err := r.Finish(0, Exited); err != nil {
+				if err := r.Finish(0, Exited, Stop{}); err != nil {
 					t.Fatal(err)
 				}
 			}

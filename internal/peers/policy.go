@@ -107,10 +107,12 @@ type Verdict struct {
 	// Code is the exit code once settled: 0 when every expected peer
 	// succeeded, else the code of the failed peer.
 	Code int
-	// Failed names the failed peer that settled it, if one did, and Reason
-	// says how that peer ended.
+	// Failed names the failed peer that settled it, if one did; Reason
+	// says how that peer ended, and Stop whether it was stopped from
+	// outside first (exec forwarded it a stop signal).
 	Failed string
 	Reason Reason
+	Stop   Stop
 	// Failures names, in the order they ended, the failed peers among
 	// those that settled the policy under Always, where a failure fixes no
 	// code: the peers ended, but not all of them well.
@@ -166,7 +168,7 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 	ok := 0
 	for _, r := range ends {
 		if r.Failed() && p.Restart != Always {
-			v.Settled, v.Failed, v.Reason, v.Code = true, r.Name, r.Reason, r.ExitCode
+			v.Settled, v.Failed, v.Reason, v.Code, v.Stop = true, r.Name, r.Reason, r.ExitCode, r.Stop
 			if v.Code == 0 {
 				v.Code = 1 // a failure must never read as success
 			}

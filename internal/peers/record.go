@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Reason says how a peer ended. It tells exec's own codes apart from an app
@@ -43,7 +45,50 @@ type Record struct {
 	ExitCode int       `json:"exit_code"`
 	Reason   Reason    `json:"reason,omitempty"`
 	Time     time.Time `json:"time"`
-	UID      uint32    `json:"-"` // owner of the file, filled in by Load
+	// Stop is set by exec when the run ended after a stop signal that
+	// came to exec from outside (the kubelet stopping the app container),
+	// which exec forwarded to COMMAND. A final record only.
+	Stop Stop   `json:"stop,omitzero"`
+	UID  uint32 `json:"-"` // owner of the file, filled in by Load
+}
+
+// Stop is the evidence that a peer was asked to stop from outside: the
+// stop signal exec received and forwarded (the first one), and when. The
+// kubelet stops an app container so on a pod's deletion, and kills it so
+// alone only on a failed probe; a signal sent to the app's process by
+// anything else in the pod never reaches exec, and leaves Stop empty.
+type Stop struct {
+	Signal string    `json:"signal"` // its name: SIGTERM
+	At     time.Time `json:"at"`
+}
+
+// IsZero reports whether no stop signal came.
+func (s Stop) IsZero() bool { return s.Signal == "" }
+
+// Code is 128+N for the signal, the code of a process it killed.
+func (s Stop) Code() int { return 128 + int(unix.SignalNum(s.Signal)) }
+
+// Equal reports whether s and o say the same, whatever their times'
+// locations.
+func (s Stop) Equal(o Stop) bool { return s.Signal == o.Signal && s.At.Equal(o.At) }
+
+// StopOf is the evidence of sig, received at.
+func StopOf(sig unix.Signal, at time.Time) Stop {
+	return Stop{Signal: unix.SignalName(sig), At: at}
+}
+
+func (s Stop) validate() error {
+	switch {
+	case s.IsZero() && !s.At.IsZero():
+		return errors.New("a stop's time without its signal")
+	case s.IsZero():
+		return nil
+	case unix.SignalNum(s.Signal) == 0:
+		return fmt.Errorf("stop signal %s is not a signal's name", quote(s.Signal))
+	case s.At.IsZero():
+		return fmt.Errorf("stop signal %s has no time", s.Signal)
+	}
+	return nil
 }
 
 // Final reports whether the record is an outcome rather than a run in
@@ -109,21 +154,24 @@ func (r Record) normal() Record {
 	return r
 }
 
-// validate checks that the record says one consistent thing, so that no
-// combination of fields can read as a success it is not.
 // Validate checks that the record is one a peer could have written: a valid
-// name, a code from 0 to 255, and a reason that fits the code.
+// name, a code from 0 to 255, a reason that fits the code, and a stop that
+// names a signal; so that no combination of fields can read as a success it
+// is not.
 func (r Record) Validate() error {
 	if err := ValidName(r.Name); err != nil {
 		return err
 	}
 	if r.Running {
-		if r.ExitCode != 0 || r.Reason != "" {
-			return fmt.Errorf("record %s: a running record has no exit code or reason", r.Name)
+		if r.ExitCode != 0 || r.Reason != "" || r.Stop != (Stop{}) {
+			return fmt.Errorf("record %s: a running record has no exit code, reason or stop", r.Name)
 		}
 		return nil
 	}
 	if err := ValidCode(r.ExitCode); err != nil {
+		return fmt.Errorf("record %s: %w", r.Name, err)
+	}
+	if err := r.Stop.validate(); err != nil {
 		return fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	switch r.Reason {
@@ -159,6 +207,7 @@ func decode(b []byte) (Record, error) {
 		ExitCode *int      `json:"exit_code"`
 		Reason   Reason    `json:"reason"`
 		Time     time.Time `json:"time"`
+		Stop     Stop      `json:"stop"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Record{}, fmt.Errorf("not a record: %w", err)
@@ -169,7 +218,7 @@ func decode(b []byte) (Record, error) {
 	if w.ExitCode == nil && !w.Running {
 		return Record{}, fmt.Errorf("record %s: final, but no exit_code", quote(*w.Name))
 	}
-	r := Record{Name: *w.Name, Running: w.Running, Reason: w.Reason, Time: w.Time}
+	r := Record{Name: *w.Name, Running: w.Running, Reason: w.Reason, Time: w.Time, Stop: w.Stop}
 	if w.ExitCode != nil {
 		r.ExitCode = *w.ExitCode
 	}

@@ -90,6 +90,8 @@ func TestDecode(t *testing.T) {
 		{`{"name":"app","running":true}`, Record{Name: "app", Running: true}},
 		{`{"name":"app","exit_code":143,"reason":"signaled","extra":[1,2]}`, Record{Name: "app", ExitCode: 143, Reason: Signaled}},
 		{`{"name":"app","exit_code":69,"reason":"not-ready"}`, Record{Name: "app", ExitCode: 69, Reason: NotReady}},
+		{`{"name":"app","exit_code":1,"stop":{"signal":"SIGTERM","at":"2025-01-02T03:04:05Z"}}`,
+			Record{Name: "app", ExitCode: 1, Reason: Exited, Stop: Stop{"SIGTERM", time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}}},
 		{``, Record{}},
 		{`null`, Record{}},
 		{`[]`, Record{}},
@@ -108,6 +110,10 @@ func TestDecode(t *testing.T) {
 		{`{"name":"app","running":true,"reason":"exited"}`, Record{}},   // running with a reason
 		{`{"name":"app","exit_code":0,"time":"yesterday"}`, Record{}},
 		{`{"name":"app","exit_code":0} {}`, Record{}}, // trailing data
+		{`{"name":"app","exit_code":143,"stop":{"signal":"SIGNOPE","at":"2025-01-02T03:04:05Z"}}`, Record{}}, // not a signal
+		{`{"name":"app","exit_code":143,"stop":{"signal":"SIGTERM"}}`, Record{}},                             // no time
+		{`{"name":"app","exit_code":143,"stop":{"at":"2025-01-02T03:04:05Z"}}`, Record{}},                    // a time without a signal
+		{`{"name":"app","running":true,"stop":{"signal":"SIGTERM","at":"2025-01-02T03:04:05Z"}}`, Record{}},  // running with a stop
 	}
 	for _, tt := range tests {
 		got, err := decode([]byte(tt.in))
@@ -122,6 +128,10 @@ func TestDecode(t *testing.T) {
 			continue
 		}
 		got.Time, tt.want.Time = time.Time{}, time.Time{}
+		if !got.Stop.Equal(tt.want.Stop) {
+			t.Errorf("decode(%s) = %+v, want %+v", tt.in, got, tt.want)
+		}
+		got.Stop, tt.want.Stop = Stop{}, Stop{}
 		if got != tt.want {
 			t.Errorf("decode(%s) = %+v, want %+v", tt.in, got, tt.want)
 		}
@@ -134,11 +144,15 @@ func TestEncodeDecode(t *testing.T) {
 		{Name: "app", ExitCode: 0, Reason: Exited},
 		{Name: "job.x", ExitCode: 137, Reason: Signaled},
 		{Name: "up-1", ExitCode: 69, Reason: NotReady},
+		{Name: "app", ExitCode: 143, Reason: Signaled, Stop: Stop{"SIGTERM", time.Date(2025, 6, 7, 8, 9, 9, 0, time.UTC)}},
 	} {
 		r.Time = time.Date(2025, 6, 7, 8, 9, 10, 11, time.UTC)
 		b, err := encode(r)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.Stop.IsZero() && strings.Contains(string(b), "stop") {
+			t.Errorf("%+v encodes an empty stop: %s", r, b)
 		}
 		got, err := decode(b)
 		if err != nil || got != r {

@@ -177,13 +177,13 @@ func (r *Run) Name() string { return r.name }
 // fails (a full or read-only volume): the lock is kept, so that the caller
 // can report the end another way (over the socket) before it lets go with
 // Abort; released first, the record would read as Lost.
-func (r *Run) Finish(code int, reason Reason) error {
+func (r *Run) Finish(code int, reason Reason, stop Stop) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.f == nil {
 		return fmt.Errorf("record %s: run already ended", r.name)
 	}
-	rec := Record{Name: r.name, ExitCode: code, Reason: reason}.normal()
+	rec := Record{Name: r.name, ExitCode: code, Reason: reason, Stop: stop}.normal()
 	if err := rec.Validate(); err != nil {
 		return err
 	}

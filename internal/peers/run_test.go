@@ -61,7 +61,7 @@ func helperWrite() int {
 	if err == nil {
 		var run *Run
 		if run, err = d.Begin(name); err == nil {
-			err = run.Finish(0, Exited)
+			err = run.Finish(0, Exited, Stop{})
 		}
 	}
 	if err != nil {
@@ -151,7 +151,7 @@ func TestBeginFinish(t *testing.T) {
 		if r := load(t, d, "app"); !r.Running || r.Final() {
 			t.Errorf("after Begin: %+v, want running", r)
 		}
-		if err := run.Finish(tt.code, tt.reason); err != nil {
+		if err := run.Finish(tt.code, tt.reason, Stop{}); err != nil {
 			t.Fatal(err)
 		}
 		got := load(t, d, "app")
@@ -159,7 +159,7 @@ func TestBeginFinish(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("Finish(%d, %q): %+v, want %+v", tt.code, tt.reason, got, tt.want)
 		}
-		if err := run.Finish(0, Exited); err == nil {
+		if err := run.Finish(0, Exited, Stop{}); err == nil {
 			t.Error("a second Finish succeeded")
 		}
 		if err := run.Abort(); err == nil {
@@ -178,7 +178,7 @@ func TestFinishRefusesBadOutcome(t *testing.T) {
 		code   int
 		reason Reason
 	}{{256, Exited}, {-1, Exited}, {9, Signaled}, {0, Lost}, {0, NotReady}, {1, "oom"}} {
-		if err := run.Finish(tt.code, tt.reason); err == nil {
+		if err := run.Finish(tt.code, tt.reason, Stop{}); err == nil {
 			t.Errorf("Finish(%d, %q) succeeded", tt.code, tt.reason)
 		}
 	}
@@ -186,7 +186,7 @@ func TestFinishRefusesBadOutcome(t *testing.T) {
 	if r := load(t, d, "app"); !r.Running {
 		t.Errorf("after refused Finishes: %+v, want running", r)
 	}
-	if err := run.Finish(1, Exited); err != nil {
+	if err := run.Finish(1, Exited, Stop{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -345,7 +345,7 @@ func TestNotifyReportsWritesOnly(t *testing.T) {
 		t.Fatalf("Begin reported %q", name)
 	}
 	mustLoad(t, d) // a read raises nothing
-	if err := run.Finish(4, Exited); err != nil {
+	if err := run.Finish(4, Exited, Stop{}); err != nil {
 		t.Fatal(err)
 	}
 	if name := next(t, n, 5*time.Second); name != "job" {
@@ -397,7 +397,7 @@ func TestLoadDuringFinishNeverLost(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if err := run.Finish(i%2, Exited); err != nil {
+			if err := run.Finish(i%2, Exited, Stop{}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // testWindow is the deletion window of the in-process tests: long enough
@@ -96,5 +97,66 @@ func TestPreStopBeforeReadyReturnsAtOnce(t *testing.T) {
 	h.signal(syscall.SIGTERM)
 	if code := h.wait(5 * time.Second); code != 143 {
 		t.Fatalf("Run = %d after SIGTERM before ready, want 143", code)
+	}
+}
+
+// A peer that exec saw stopped from outside waits for the pod's
+// termination within the grace period and the window, counted from its
+// stop; one without that evidence waits the window alone, and other
+// failures, successes and OnFailure wait nothing.
+func TestDeletionWait(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	const window, grace = 2 * time.Second, 30 * time.Second
+	stop := func(ago time.Duration) peers.Stop { return peers.Stop{Signal: "SIGTERM", At: now.Add(-ago)} }
+	tests := []struct {
+		name    string
+		restart peers.Restart
+		v       peers.Verdict
+		want    time.Duration
+	}{
+		{"success", peers.Never, peers.Verdict{Done: true}, 0},
+		{"a failure of its own", peers.Never, peers.Verdict{Failed: "app", Code: 1, Reason: peers.Exited}, 0},
+		{"killed, not by SIGTERM", peers.Never, peers.Verdict{Failed: "app", Code: 137, Reason: peers.Signaled}, 0},
+		{"SIGTERM, no evidence", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled}, window},
+		{"stopped just now", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(0)}, grace + window},
+		{"stopped, then exited 1", peers.Never, peers.Verdict{Failed: "app", Code: 1, Reason: peers.Exited, Stop: stop(0)}, grace + window},
+		{"stopped 10 s ago", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(10 * time.Second)}, grace + window - 10*time.Second},
+		{"stopped longer ago than the grace period", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(time.Hour)}, window},
+		{"stopped in the future", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(-time.Hour)}, grace + window},
+		{"OnFailure", peers.OnFailure, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(0)}, 0},
+	}
+	for _, tt := range tests {
+		s := &Supervisor{cfg: Config{DeletionWindow: window, GracePeriod: grace, Policy: peers.Policy{Restart: tt.restart}}}
+		if got := s.deletionWait(tt.v, now); got != tt.want {
+			t.Errorf("%s: deletionWait = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The kubelet stopped the app (exec forwarded its SIGTERM and said so), and
+// the proxy's preStop comes after the deletion window: still a deletion,
+// exit 0. (The window alone decided 143 before the hook.)
+func TestStoppedPeerWaitsPastTheWindow(t *testing.T) {
+	h := startSupervisor(t, func(_ *harness, c *Config) { c.DeletionWindow, c.GracePeriod = testWindow, time.Minute })
+	h.waitReady()
+	err := h.s.Complete(context.Background(), control.Completion{Peer: "app", Code: 143, Reason: "signaled", StopSignal: "SIGTERM", StoppedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the verdict waits", func() bool { return h.logged("peer stopped from outside; waiting for the pod's termination") })
+	// A negative: nothing may happen as the window passes. Nothing is due
+	// before the minute's grace period, so a slow machine cannot fail it.
+	time.Sleep(2 * testWindow)
+	if s := h.status(); s.ExitCode != nil || s.State != "ready" {
+		t.Fatalf("past the window: state %q, exit code decided: %v; want ready and undecided", s.State, s.ExitCode != nil)
+	}
+	if ok, why := h.s.Drain(context.Background()); !ok || why != control.PeersCompleted {
+		t.Errorf("preStop = %v, %q; want drained at once, every peer having completed", ok, why)
+	}
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+	if s := h.status(); s.DecidedBy != "preStop" {
+		t.Errorf("decided by %q, want preStop", s.DecidedBy)
 	}
 }

@@ -126,7 +126,7 @@ func TestDrain(t *testing.T) {
 				})
 			}
 			if tt.during > 0 {
-				time.AfterFunc(tt.during, func() { h.s.Complete(context.Background(), "app", 0, "") })
+				time.AfterFunc(tt.during, func() { h.s.Complete(context.Background(), control.Completion{Peer: "app", Code: 0}) })
 			}
 
 			start := time.Now()

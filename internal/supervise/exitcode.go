@@ -14,8 +14,8 @@ const (
 	// PeersSettled: the completion records settled the policy (not under
 	// --native-sidecar or --restart-policy Always, whose end is SIGTERM).
 	PeersSettled EventKind = iota
-	// DeletionWindowEnded: the deletion window of a PeersSettled event
-	// with SIGTERMed passed without a preStop or a SIGTERM.
+	// DeletionWindowEnded: the wait of a PeersSettled event that awaits
+	// a deletion passed without a preStop or a SIGTERM.
 	DeletionWindowEnded
 	// Signal: SIGTERM, SIGINT or SIGQUIT arrived.
 	Signal
@@ -41,12 +41,12 @@ type Event struct {
 	// Peer: PeersSettled and DeletionWindowEnded, the peer whose failure
 	// settled it, if one did.
 	Peer string
-	// SIGTERMed: PeersSettled, the failed peer was killed by SIGTERM
-	// (reason signaled, 143) under Never. A pod's deletion does that too,
-	// with the proxy's preStop hook or SIGTERM still on its way, so the
-	// verdict waits for them: either within the window decides 0, and
-	// DeletionWindowEnded decides the peer's code.
-	SIGTERMed bool
+	// AwaitsDeletion: PeersSettled, the failed peer may have been stopped
+	// by a pod's termination (exec forwarded it the kubelet's stop signal,
+	// or it was killed by SIGTERM), with the proxy's preStop hook or
+	// SIGTERM still on its way, so the verdict waits for them: either
+	// decides 0, and DeletionWindowEnded decides the peer's code.
+	AwaitsDeletion bool
 	// Signal: Signal, which one.
 	Signal syscall.Signal
 	// EverReady: Signal and PreStop, whether the proxy had been ready.
@@ -64,9 +64,9 @@ type Event struct {
 //
 //	every expected peer succeeded           0
 //	a peer failed (--restart-policy Never)  the peer's code (1 if it said 0)
-//	a peer SIGTERMed (143, signaled), Never nothing yet: a deletion's preStop or SIGTERM
-//	                                        may follow within the deletion window
-//	the deletion window ended               the SIGTERMed peer's code, 143
+//	a peer failed after exec forwarded it   nothing yet: a deletion's preStop or SIGTERM
+//	a stop signal, or died of SIGTERM       may follow (Supervisor.deletionWait)
+//	the wait for a deletion ended           the peer's code
 //	SIGTERM/SIGINT after ready               0: pod deletion, or a native sidecar's end
 //	SIGTERM/SIGINT before ever ready         128+N: a failed postStart wait; under
 //	                                        OnFailure a 0 would leave the pod without a proxy
@@ -84,7 +84,7 @@ func decide(e Event) (code int, why string, decisive bool) {
 		if e.Peer == "" {
 			return e.Code, "every peer succeeded", true
 		}
-		if e.SIGTERMed {
+		if e.AwaitsDeletion {
 			return 0, "", false
 		}
 		return peerFailed(e)

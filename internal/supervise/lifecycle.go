@@ -77,6 +77,7 @@ type lifecycle struct {
 	decision  decision  // the exit code, once an event has fixed it
 
 	readied chan struct{} // closed once the first readiness is noted and announced
+	decided chan struct{} // closed once an event has fixed the exit code
 }
 
 // decision is the exit code the first decisive event fixed, why, and when.
@@ -89,7 +90,7 @@ type decision struct {
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{}), decided: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -126,8 +127,12 @@ func (l *lifecycle) record(e Event) {
 	}
 	if code, why, ok := decide(e); ok {
 		l.decision = decision{code: code, why: why, decided: true, at: time.Now()}
+		close(l.decided)
 	}
 }
+
+// decidedCh is closed once an event has fixed the exit code.
+func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 
 // becameReady records the proxy's first readiness: when, and the move to
 // Ready, refused (and logged) when a drain or a stop came first. It
@@ -243,11 +248,16 @@ func (l *lifecycle) view() view {
 	}
 }
 
-// DefaultDeletionWindow is how long a peer killed by SIGTERM waits for the
-// proxy's own preStop or SIGTERM before its code decides. On a pod's
-// deletion the kubelet signals the app at once, while the proxy's preStop
-// hook still has to be exec'd in its container: the app can report its
-// death within tens of milliseconds, and the hook arrives some hundreds
-// later on a busy node. 2 s covers that with room, and delays a Job whose
-// app was SIGTERMed for another reason by no more than 2 s.
+// DefaultDeletionWindow is how long a peer killed by a SIGTERM that exec
+// did not forward (an app run without exec, or a report by POST alone)
+// waits for the proxy's own preStop or SIGTERM before its code decides.
+// Without exec's evidence the supervisor cannot tell a pod's deletion from
+// a kill inside the pod, so this is a guess: it covers a quiet node's hook
+// start (tens of milliseconds) with room, and delays a Job whose app was
+// SIGTERMed for another reason by no more than 2 s. A busy kubelet can
+// start the hook later (more than 2 s was measured with 16 pods on 2
+// cores); exec's evidence does not depend on it (deletionWait).
 const DefaultDeletionWindow = 2 * time.Second
+
+// DefaultGracePeriod is Kubernetes' default terminationGracePeriodSeconds.
+const DefaultGracePeriod = 30 * time.Second

@@ -143,14 +143,14 @@ func TestCompleteRejectsBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy, c.DeletionWindow = tt.policy, testWindow })
 			h.waitReady()
-			err := h.s.Complete(context.Background(), tt.peer, tt.code, tt.reason)
+			err := h.s.Complete(context.Background(), control.Completion{Peer: tt.peer, Code: tt.code, Reason: tt.reason})
 			if err == nil || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("Complete(%q, %d, %q) = %v, want an error with %q", tt.peer, tt.code, tt.reason, err, tt.errHas)
 			}
 			// Over the socket it is a 400 with the same text. (There an
 			// empty peer means the default, "app".)
 			if tt.peer != "" {
-				err = h.client.Complete(t.Context(), tt.peer, tt.code, tt.reason)
+				err = h.client.Complete(t.Context(), control.Completion{Peer: tt.peer, Code: tt.code, Reason: tt.reason})
 				if err == nil || !strings.Contains(err.Error(), tt.errHas) {
 					t.Fatalf("POST /v1/complete peer=%q: %v, want an error with %q", tt.peer, err, tt.errHas)
 				}
@@ -419,7 +419,7 @@ func TestRunningRecordThenFinish(t *testing.T) {
 		t.Fatalf("peer app: %+v, want running (the earlier run's record replaced)", p)
 	}
 	finished := time.Now()
-	if err := r.Finish(6, peers.Exited); err != nil {
+	if err := r.Finish(6, peers.Exited, peers.Stop{}); err != nil {
 		t.Fatal(err)
 	}
 	// No poke: the released lock alone makes the supervisor read the
@@ -538,7 +538,7 @@ func TestPostedCompletionCountsWhenNotKept(t *testing.T) {
 			})
 			h.start()
 			h.waitReady()
-			if err := h.s.Complete(context.Background(), "app", tt.code, tt.reason); err != nil {
+			if err := h.s.Complete(context.Background(), control.Completion{Peer: "app", Code: tt.code, Reason: tt.reason}); err != nil {
 				if !tt.plant {
 					return // refused: fine
 				}
@@ -558,7 +558,7 @@ func TestFinalAnswersAreDelivered(t *testing.T) {
 	for i := range 20 {
 		h := startSupervisor(t, nil)
 		h.waitReady()
-		err := h.client.Complete(t.Context(), "app", 0, "")
+		err := h.client.Complete(t.Context(), control.Completion{Peer: "app", Code: 0})
 		if code := h.wait(5 * time.Second); code != 0 {
 			t.Fatalf("run %d: Run = %d, want 0", i, code)
 		}

@@ -220,7 +220,7 @@ func (h *harness) waitReady() {
 // TestFinalAnswersAreDelivered).
 func (h *harness) complete(peer string, code int, reason string) {
 	h.t.Helper()
-	if err := h.s.Complete(context.Background(), peer, code, reason); err != nil {
+	if err := h.s.Complete(context.Background(), control.Completion{Peer: peer, Code: code, Reason: reason}); err != nil {
 		h.t.Fatalf("Complete(%s, %d): %v", peer, code, err)
 	}
 }
@@ -230,7 +230,7 @@ func (h *harness) post(peer string, code int, reason string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := h.client.Complete(ctx, peer, code, reason); err != nil {
+	if err := h.client.Complete(ctx, control.Completion{Peer: peer, Code: code, Reason: reason}); err != nil {
 		h.t.Fatalf("POST /v1/complete %s %d: %v", peer, code, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // The control socket's backend (control.Backend) and the health server's
@@ -46,13 +47,14 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 // completion that arrives by POST alone, so that it too survives a restart.
 // A caller over the socket may report only for a peer whose record it owns
 // (see completion.Book.Report).
-func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason string) error {
+func (s *Supervisor) Complete(ctx context.Context, c control.Completion) error {
 	uid, known := control.CallerUID(ctx)
 	caller := completion.Anyone
 	if known {
 		caller = int64(uid)
 	}
-	_, err := s.book.Report(peer, code, reason, caller)
+	r := peers.Record{Name: c.Peer, ExitCode: c.Code, Reason: peers.Reason(c.Reason), Stop: peers.Stop{Signal: c.StopSignal, At: c.StoppedAt}}
+	_, err := s.book.Report(r, caller)
 	return err
 }
 

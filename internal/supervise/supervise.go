@@ -57,10 +57,15 @@ type Config struct {
 
 	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
-	// DeletionWindow is how long a peer's death by SIGTERM waits for the
-	// preStop or SIGTERM of a pod deletion; zero means
-	// DefaultDeletionWindow.
+	// DeletionWindow is how long a peer's death by a SIGTERM that exec did
+	// not forward waits for the preStop or SIGTERM of a pod deletion; zero
+	// means DefaultDeletionWindow.
 	DeletionWindow time.Duration
+	// GracePeriod is the pod's terminationGracePeriodSeconds
+	// (--grace-period); zero means Kubernetes' default,
+	// DefaultGracePeriod. A peer stopped from outside waits for the
+	// deletion within it (deletionWait).
+	GracePeriod time.Duration
 	// HungAfter: /healthz/live fails once a proxy that was ready has not
 	// answered its admin API for this long; zero keeps it live.
 	HungAfter time.Duration
@@ -122,6 +127,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.DeletionWindow <= 0 {
 		cfg.DeletionWindow = DefaultDeletionWindow
+	}
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = DefaultGracePeriod
 	}
 	s := &Supervisor{
 		cfg:     cfg,

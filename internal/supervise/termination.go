@@ -38,26 +38,32 @@ func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 	}
 }
 
-// settle acts on a verdict that stops the proxy. A peer killed by SIGTERM
-// under Never may be the first sign of the pod's deletion, whose preStop
-// or SIGTERM for the proxy is still on its way; the verdict then waits the
-// deletion window, and either of those within it decides 0 (see decide).
-// A preStop that came in the window has started the drain: the proxy
-// stops once it has ended, as on SIGTERM, so that the hook is not cut.
+// settle acts on a verdict that stops the proxy. A failed peer may be the
+// first sign of the pod's deletion, whose preStop or SIGTERM for the proxy
+// is still on its way; the verdict then waits for them (deletionWait), and
+// the first decides 0 (see decide) and ends the wait. A preStop that came
+// meanwhile has started the drain: the proxy stops once it has ended, as
+// on SIGTERM, so that the hook is not cut.
 func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
-	term := v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM) && s.cfg.Policy.Restart != peers.OnFailure
-	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, SIGTERMed: term})
-	if term {
-		s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
-			"peer", v.Failed, "window", s.cfg.DeletionWindow)
-		t := time.NewTimer(s.cfg.DeletionWindow)
+	wait := s.deletionWait(v, time.Now())
+	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, AwaitsDeletion: wait > 0})
+	if wait > 0 {
+		if v.Stop.IsZero() {
+			s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
+				"peer", v.Failed, "window", wait)
+		} else {
+			s.log.Info("peer stopped from outside; waiting for the pod's termination to reach the proxy (its preStop or SIGTERM) before deciding the exit code",
+				"peer", v.Failed, "exit_code", v.Code, "stop_signal", v.Stop.Signal, "stopped_at", v.Stop.At, "bound", wait)
+		}
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
 		case <-t.C:
+			s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
+		case <-s.life.decidedCh():
 		case <-ctx.Done():
 			return
 		}
-		s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
 	}
 	// A drain under way (a pod deletion) is not cut short: another peer may
 	// still be finishing through the proxy. Its end stops the proxy.
@@ -65,6 +71,37 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 		return
 	}
 	s.stop(why)
+}
+
+// deletionWait is how long a verdict that stops the proxy waits, from now,
+// for the pod's deletion to reach the proxy before the failed peer's code
+// decides; zero: it decides at once. Only under Never: under OnFailure and
+// Always no failure stops the proxy.
+//
+// A peer that exec saw stopped from outside (v.Stop: the kubelet's stop
+// signal, which exec forwarded) was stopped by the kubelet: on a pod's
+// termination, when the kubelet reaches every container within the grace
+// period (its preStop hook run, then its stop signal); or alone, on a
+// failed liveness or startup probe, when nothing reaches the proxy. So the
+// wait is bounded by the grace period from the app's stop signal, plus the
+// deletion window for the kubelet's own stop call after a hook that took
+// the whole period. The evidence decides, not a race: a busy kubelet's
+// late hook still finds the proxy running. A stop time from the future
+// (a skewed or lying report) counts from now.
+//
+// A peer killed by a SIGTERM without that evidence waits the deletion
+// window, a guess (DefaultDeletionWindow).
+func (s *Supervisor) deletionWait(v peers.Verdict, now time.Time) time.Duration {
+	switch {
+	case v.Failed == "" || s.cfg.Policy.Restart == peers.OnFailure:
+		return 0
+	case !v.Stop.IsZero():
+		bound := s.cfg.GracePeriod + s.cfg.DeletionWindow
+		return min(max(v.Stop.At.Add(bound).Sub(now), s.cfg.DeletionWindow), bound)
+	case v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM):
+		return s.cfg.DeletionWindow
+	}
+	return 0
 }
 
 // drain starts the termination's drain, or joins the one under way, and

@@ -11,6 +11,8 @@
 //	                   finish the requests in flight and go on; a request's
 //	                   ?delay=D is answered after D, as a request that works
 //	listen ADDR        hold a listener on ADDR and ignore SIGTERM, forever
+//	exec ARGV...       replace podapp with ARGV (the rest of the command
+//	                   line): a hook that waits before it runs its command
 package main
 
 import (
@@ -36,6 +38,15 @@ var arity = map[string]int{"get": 1, "fail-once": 2, "exit": 1, "sleep": 1, "ser
 
 func run(args []string) int {
 	for len(args) > 0 {
+		if args[0] == "exec" {
+			if len(args) < 2 {
+				fmt.Fprintln(os.Stderr, "podapp: exec: no command")
+				return 2
+			}
+			err := syscall.Exec(args[1], args[1:], os.Environ())
+			fmt.Fprintf(os.Stderr, "podapp: exec %s: %v\n", args[1], err)
+			return 127
+		}
 		n, ok := arity[args[0]]
 		if !ok || len(args) < 1+n {
 			fmt.Fprintf(os.Stderr, "podapp: bad step %q\n", args)
