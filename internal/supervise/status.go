@@ -26,11 +26,13 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 			// The tracker tells first, and the readiness actor an instant
 			// later: the app's SIGTERM or preStop that follows this answer
 			// must find the proxy has been ready.
+			// A first readiness after a stop was decided is never noted:
+			// the answer waits for ctx, as for a proxy not ready.
 			select {
 			case <-s.life.readiedCh():
 				return true, ""
 			case <-ctx.Done():
-				return false, "proxy ready, not yet noted"
+				return false, s.notTaken()
 			}
 		}
 		select {
@@ -62,9 +64,7 @@ func (s *Supervisor) Complete(ctx context.Context, peer string, code int, reason
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	ready := s.life.everReady()
-	s.life.record(Event{Kind: PreStop, EverReady: ready})
-	if !ready {
+	if ready := s.life.record(Event{Kind: PreStop}); !ready {
 		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
 		return true, control.NeverReady
 	}
@@ -103,6 +103,16 @@ func drainWord(e drain.End) string {
 	return string(e)
 }
 
+// notTaken is why a proxy that its admin API says is ready is not, for
+// every reader: its first readiness is refused (a stop came first), or not
+// yet noted by the readiness actor.
+func (s *Supervisor) notTaken() string {
+	if why := s.life.neverReady(); why != "" {
+		return why
+	}
+	return "proxy ready, not yet noted"
+}
+
 // healthReady is what /healthz/ready answers: ready, and not draining or
 // stopping, since a pod on its way out must leave the endpoints.
 func (s *Supervisor) healthReady() (bool, string) {
@@ -115,6 +125,8 @@ func (s *Supervisor) healthReady() (bool, string) {
 		return false, "draining"
 	case !st.Ready:
 		return false, st.Reason
+	case !s.life.everReady():
+		return false, s.notTaken()
 	}
 	return true, ""
 }
@@ -167,7 +179,7 @@ func (s *Supervisor) Status() any {
 	v := s.life.view()
 	out := Status{
 		State:    v.phase.String(),
-		Ready:    st.Ready,
+		Ready:    st.Ready && !v.readyAt.IsZero(),
 		Draining: v.draining,
 		Peers:    peers,
 		Pending:  verdict.Pending,
@@ -175,8 +187,11 @@ func (s *Supervisor) Status() any {
 		Uptime:   time.Since(s.start).Seconds(),
 		ProxyPID: s.proc.Pid(), // 0 until it is forked
 	}
-	if !st.Ready {
+	switch {
+	case !st.Ready:
 		out.Reason = st.Reason
+	case !out.Ready:
+		out.Reason = s.notTaken()
 	}
 	if v.decided {
 		out.ExitCode, out.DecidedBy = &v.code, v.decidedBy
