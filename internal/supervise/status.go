@@ -159,17 +159,20 @@ func (s *Supervisor) hung() (bool, string) {
 
 // Status is GET /v1/status.
 type Status struct {
-	State     string                     `json:"state"`
-	ProxyPID  int                        `json:"proxy_pid"`
-	Ready     bool                       `json:"ready"`
-	Reason    string                     `json:"reason,omitempty"`
-	Draining  bool                       `json:"draining"`
-	Peers     map[string]completion.Peer `json:"peers"`
-	Pending   []string                   `json:"pending,omitempty"`
-	Awaiting  int                        `json:"awaiting"`
-	ExitCode  *int                       `json:"exit_code,omitempty"` // once fixed
-	DecidedBy string                     `json:"decided_by,omitempty"`
-	Uptime    float64                    `json:"uptime_seconds"`
+	State    string                     `json:"state"`
+	ProxyPID int                        `json:"proxy_pid"`
+	Ready    bool                       `json:"ready"`
+	Reason   string                     `json:"reason,omitempty"`
+	Draining bool                       `json:"draining"`
+	Peers    map[string]completion.Peer `json:"peers"`
+	Pending  []string                   `json:"pending,omitempty"`
+	Awaiting int                        `json:"awaiting"`
+	// RecordsError: peers/ no longer names the records directory the
+	// supervisor reads (completion.Book.Replaced).
+	RecordsError string  `json:"records_error,omitempty"`
+	ExitCode     *int    `json:"exit_code,omitempty"` // once fixed
+	DecidedBy    string  `json:"decided_by,omitempty"`
+	Uptime       float64 `json:"uptime_seconds"`
 }
 
 // Status returns the supervisor's state.
@@ -192,6 +195,9 @@ func (s *Supervisor) Status() any {
 		out.Reason = st.Reason
 	case !out.Ready:
 		out.Reason = s.notTaken()
+	}
+	if err := s.book.Replaced(); err != nil {
+		out.RecordsError = err.Error()
 	}
 	if v.decided {
 		out.ExitCode, out.DecidedBy = &v.code, v.decidedBy
