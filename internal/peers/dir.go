@@ -73,8 +73,11 @@ func (d Dir) file(name string) string { return filepath.Join(d.path, name) }
 func (d Dir) Hold(trusted func(uid uint32) bool) (Dir, error) {
 	f, err := os.OpenFile(d.path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return Dir{}, fmt.Errorf("%s is not a directory", d.path)
+		// The supervisor refuses a peers/ that is a symlink or a file at
+		// start: one there now was planted, and must not hold the app up.
+		var st unix.Stat_t
+		if (errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) && unix.Lstat(d.path, &st) == nil {
+			return Dir{}, &UntrustedDirError{Path: d.path, UID: st.Uid, NotDir: true}
 		}
 		return Dir{}, err
 	}
@@ -95,11 +98,15 @@ func (d Dir) Hold(trusted func(uid uint32) bool) (Dir, error) {
 // the supervisor's owns: most likely another uid renamed the supervisor's
 // away and made its own in its place.
 type UntrustedDirError struct {
-	Path string
-	UID  uint32
+	Path   string
+	UID    uint32
+	NotDir bool // a symlink or a file of UID's, which the supervisor never makes
 }
 
 func (e *UntrustedDirError) Error() string {
+	if e.NotDir {
+		return fmt.Sprintf("%s is not a directory but a symlink or a file of uid %d, which the supervisor never makes; no record is written there", e.Path, e.UID)
+	}
 	return fmt.Sprintf("%s belongs to uid %d, which is not trusted to be the supervisor (another uid may have renamed the supervisor's away and made its own there); no record is written in it", e.Path, e.UID)
 }
 
