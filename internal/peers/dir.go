@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,7 +39,7 @@ const (
 // Dir is <control-dir>/peers, the directory of records.
 //
 // A Dir either names the directory by its path (Open: every call looks the
-// path up again) or holds it open (CreateHeld, Held): every call then goes
+// path up again) or holds it open (CreateHeld, Hold): every call then goes
 // through the descriptor of the directory that was created or checked,
 // with *at calls, as the control socket's directory does. The control dir
 // is an emptyDir, writable by every uid and, under Istio, not sticky, so
@@ -109,9 +109,6 @@ func (e *UntrustedDirError) Error() string {
 	}
 	return fmt.Sprintf("%s belongs to uid %d, which is not trusted to be the supervisor (another uid may have renamed the supervisor's away and made its own there); no record is written in it", e.Path, e.UID)
 }
-
-// Held reports whether d holds its directory open.
-func (d Dir) Held() bool { return d.f != nil }
 
 // Close releases a held directory. Calls under way finish first (the
 // descriptor is closed once the last lets go of it), and later ones fail;
@@ -388,15 +385,13 @@ func (d Dir) sync() error {
 	return f.Sync()
 }
 
-// tempSeq makes temp names unique within the process; the pid makes them
-// unique across the pod's processes, and O_EXCL settles the rest.
-var tempSeq atomic.Uint64
-
 // createTemp creates a new file in the directory, mode 0600, named prefix
-// and a unique suffix, and returns it with its name.
+// and a random suffix, as os.CreateTemp does, and returns it with its name.
+// Random, not counted: peers/ is writable by every uid, and names another
+// uid can guess it can take first.
 func (d Dir) createTemp(prefix string) (*os.File, string, error) {
-	for range 100 {
-		name := prefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(tempSeq.Add(1), 10)
+	for range 10 {
+		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
 		f, err := d.openFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
