@@ -73,8 +73,8 @@ func TestSwappedPeersDirHidesNoRunningApp(t *testing.T) {
 	}
 	// The app's end is known, but what runs in the other peers/ is not: the
 	// drain waits for its bound.
-	if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "bound") {
-		t.Errorf("prestop exit %d, %q; want 0 at the drain's bound", code, hook.Out.String())
+	if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "bound") || !strings.Contains(hook.Out.String(), "replaced") {
+		t.Errorf("prestop exit %d, %q; want 0 at the drain's bound, saying why", code, hook.Out.String())
 	}
 	if out := sup.Out.String(); !strings.Contains(out, "peers_err=") {
 		t.Errorf("the drain never said why it waited:\n%s", out)

@@ -138,6 +138,9 @@ const (
 type Result struct {
 	End  End
 	Took time.Duration
+	// Why: at TimedOut, an error that held the drain in the app's place
+	// (Running's: the running peers could not be counted), if one did.
+	Why string
 }
 
 // OK reports whether the drain condition held (or there was nothing to wait
@@ -167,8 +170,8 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		cancel()
 	}
 	envoyPorts = d.refreshEnvoyPorts(deadline, envoyPorts)
-	end := d.wait(start, deadline, envoyPorts, settled)
-	r := Result{End: end, Took: d.clock.Now().Sub(start)}
+	end, why := d.wait(start, deadline, envoyPorts, settled)
+	r := Result{End: end, Took: d.clock.Now().Sub(start), Why: why}
 	d.cfg.Log.Info("drain ended", "end", string(end), "after", r.Took.Round(time.Millisecond))
 	return r
 }
@@ -233,7 +236,7 @@ func (st state) holds() bool {
 // wait checks the drain condition until it has held for the quiet period
 // (and no sooner than Min), the deadline passes or settled closes: every
 // tick, or when the Watch reports a close.
-func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) End {
+func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
 	earliest := start.Add(d.cfg.Min)
 	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
 	if d.cfg.Watch != nil {
@@ -257,7 +260,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		}
 		if peersDone {
 			if st.running, st.rerr = d.running(); st.running == 0 && st.rerr == nil {
-				return PeersCompleted
+				return PeersCompleted, ""
 			}
 		}
 		if !d.listenersDrained && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
@@ -301,16 +304,19 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		case d.cfg.Recheck && first:
 			// The first drain held its quiet period already, and nothing
 			// has opened since: a second one would only delay the stop.
-			return Drained
+			return Drained, ""
 		case quietSince.IsZero():
 			quietSince = now
 		}
 		if !quietSince.IsZero() && now.Sub(quietSince) >= d.cfg.Quiet && !now.Before(earliest) {
-			return Drained
+			return Drained, ""
 		}
 		if !now.Before(deadline) {
 			d.cfg.Log.Warn("drain timed out", d.attrs(now, earliest, deadline, st)...)
-			return TimedOut
+			if st.rerr != nil {
+				return TimedOut, st.rerr.Error()
+			}
+			return TimedOut, ""
 		}
 		if now.Sub(lastLog) >= d.cfg.Progress {
 			lastLog = now

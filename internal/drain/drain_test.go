@@ -420,8 +420,8 @@ func TestUnknownRunningPeersHoldTheDrainToItsBound(t *testing.T) {
 		clock.notOver(t)
 		clock.advance(t, time.Second)
 		r := within(t, res, 5*time.Second)
-		if r.End != TimedOut {
-			t.Fatalf("settled %v: end %q, want the bound", settle, r.End)
+		if r.End != TimedOut || r.Why != "peers/ was replaced" {
+			t.Fatalf("settled %v: end %q (%q), want the bound and why", settle, r.End, r.Why)
 		}
 		if !strings.Contains(log.String(), `peers_err="peers/ was replaced"`) {
 			t.Errorf("settled %v: the drain's lines do not say why it waits:\n%s", settle, log.String())

@@ -79,6 +79,9 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	}
 	select {
 	case <-run.done:
+		if run.result.Why != "" {
+			return run.result.OK(), drainWord(run.result.End) + ": " + run.result.Why
+		}
 		return run.result.OK(), drainWord(run.result.End)
 	case <-ctx.Done():
 		// The server ends the request's ctx when the supervisor stops (the
