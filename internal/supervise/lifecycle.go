@@ -59,11 +59,15 @@ type drainRun struct {
 	thenStop bool
 }
 
-// lifecycle is the one owner of the supervisor's phase, of the exit code
-// and of the termination's drain. move is the only writer of the phase;
-// every reader (the status, the state gauge, /healthz/ready, the logs) goes
-// through it. record is the only writer of the code, which it fixes once,
-// when the first decisive event arrives: a read is a field, not a replay.
+// lifecycle is the one owner of the supervisor's phase, of the exit code,
+// of "the proxy has been ready" and of the termination's drain. move is the
+// only writer of the phase; every reader (the status, the state gauge,
+// /healthz/ready, the logs) goes through it. record is the only writer of
+// the code, which it fixes once, when the first decisive event arrives: a
+// read is a field, not a replay. becameReady is the only writer of the
+// first readiness, which it refuses once a stop is decided; every reader of
+// readiness (the ready mark, /v1/ready, /healthz/ready, the status, the
+// termination message) follows it.
 type lifecycle struct {
 	log     *slog.Logger
 	onPhase func(Phase) // told of every move, in order (the state gauge)

@@ -25,9 +25,9 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
 			// The tracker tells first, and the readiness actor an instant
 			// later: the app's SIGTERM or preStop that follows this answer
-			// must find the proxy has been ready.
-			// A first readiness after a stop was decided is never noted:
-			// the answer waits for ctx, as for a proxy not ready.
+			// must find the proxy has been ready. A first readiness after a
+			// stop was decided is never noted: the answer waits for ctx,
+			// as for a proxy not ready, and does not spin.
 			select {
 			case <-s.life.readiedCh():
 				return true, ""
