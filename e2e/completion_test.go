@@ -418,8 +418,9 @@ type supervisorStatus struct {
 		Running  bool `json:"running"`
 		ExitCode *int `json:"exit_code"`
 	} `json:"peers"`
-	Awaiting int  `json:"awaiting"`
-	ExitCode *int `json:"exit_code"`
+	Awaiting     int    `json:"awaiting"`
+	ExitCode     *int   `json:"exit_code"`
+	RecordsError string `json:"records_error"`
 }
 
 // status reads the supervisor's /v1/status from its control socket in dir.

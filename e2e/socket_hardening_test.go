@@ -65,6 +65,21 @@ func setpriv(uid int, argv ...string) []string {
 	return append([]string{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"}, argv...)
 }
 
+// istioPod is a pod laid out as Istio's: the emptyDir root's, 0777 and
+// not sticky, and the supervisor uid 1337 without capabilities, so that it
+// cannot make the control dir sticky. It skips where setpriv is missing.
+func istioPod(t *testing.T, flags []string, envoyFlags ...string) (*pod, *proctest.Proc) {
+	t.Helper()
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	p := newPod(t)
+	emptyDir(t, p)
+	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022"}, flags...)
+	argv = append(append(argv, "--", bin.envoy), envoyFlags...)
+	return p, p.start("supervisor", true, nil, setpriv(1337, argv...)...)
+}
+
 // waitServing waits (bounded) until the control socket answers a client of
 // this (root) process.
 func waitServing(t *testing.T, p *pod, sup *proctest.Proc) {
@@ -134,14 +149,7 @@ func impostor(t *testing.T, dir string) error {
 // must refuse the impostor, naming its uid, and never run the app. The
 // default trust (uid 1337) keeps a real Istio pod working unconfigured.
 func TestSocketImpostorIsRefused(t *testing.T) {
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
-	p := newPod(t)
-	emptyDir(t, p)
-	sup := p.start("supervisor", true, nil, setpriv(1337,
-		bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022",
-		"--", bin.envoy, "--stay-initializing")...)
+	p, sup := istioPod(t, nil, "--stay-initializing")
 	waitServing(t, p, sup)
 
 	if err := impostor(t, p.dir); err != nil {

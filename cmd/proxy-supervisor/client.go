@@ -205,6 +205,8 @@ func prestopOutcome(drained bool, why string, err error, timeout time.Duration) 
 		return "every peer has completed: nothing to drain", 0
 	case why == control.DrainTimedOut:
 		return "the drain reached its bound (--drain-timeout) with connections or app ports still open; the pod may terminate", 0
+	case strings.HasPrefix(why, control.DrainTimedOut+":"):
+		return fmt.Sprintf("the drain reached its bound (--drain-timeout): %s; the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, control.DrainTimedOut+":"))), 0
 	case strings.HasPrefix(why, control.Stopped+":"):
 		return fmt.Sprintf("the supervisor stopped before the drain ended (%s); the pod may terminate", strings.TrimSpace(strings.TrimPrefix(why, control.Stopped+":"))), 0
 	case why == control.NativeSidecar:

@@ -61,7 +61,7 @@ func runExec(args []string, env func(string) string, stdout, stderr io.Writer) i
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded...)
 	rep := newReporter("exec", *dir, *name, *trust, stderr)
-	st := markAndWait(sigs, rep, peers.Open(*dir), *name, deadline, stderr)
+	st := markAndWait(sigs, rep, *name, deadline, stderr)
 	if code, run := st.outcome(rep, cmdline[0], *timeout, stderr); !run {
 		return code
 	}
@@ -102,7 +102,7 @@ type execStart struct {
 // request is on its way: neither needs the other, and COMMAND waits for
 // both. The supervisor creates peers/; an app that starts first waits for
 // it as part of waiting for the proxy. A stop signal ends both waits.
-func markAndWait(sigs <-chan os.Signal, rep reporter, d peers.Dir, name string, deadline time.Time, stderr io.Writer) execStart {
+func markAndWait(sigs <-chan os.Signal, rep reporter, name string, deadline time.Time, stderr io.Writer) execStart {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopped, watched := watchStops(ctx, cancel, sigs)
@@ -117,7 +117,7 @@ func markAndWait(sigs <-chan os.Signal, rep reporter, d peers.Dir, name string, 
 		r.ok, r.why, r.refused = waitReady(ctx, rep.client, time.Until(deadline))
 		readyc <- r
 	}()
-	run, err := beginWhenReady(ctx, d, name, deadline)
+	run, err := beginWhenReady(ctx, rep, name, deadline)
 	var taken *peers.TakenError
 	switch {
 	case errors.As(err, &taken):
@@ -202,25 +202,31 @@ func (st execStart) outcome(rep reporter, command string, timeout time.Duration,
 	return 0, true
 }
 
-// unwritable reports whether err means that the volume takes no writes
-// (read-only, full, out of quota or inodes, failing, or not writable for
-// this uid), as opposed to a name that another container owns or holds.
+// unwritable reports whether err means that the records cannot be written
+// where the supervisor reads them: the volume takes no writes (read-only,
+// full, out of quota or inodes, failing, or not writable for this uid), or
+// peers/ is not the supervisor's. A name that another container owns or
+// holds is another matter.
 func unwritable(err error) bool {
 	for _, errno := range []error{unix.EROFS, unix.ENOSPC, unix.EDQUOT, unix.EIO, unix.EACCES} {
 		if errors.Is(err, errno) {
 			return true
 		}
 	}
-	return false
+	return errors.As(err, new(*peers.UntrustedDirError))
 }
 
 // beginWhenReady marks the record running, retrying while the records
 // directory does not exist yet.
-func beginWhenReady(ctx context.Context, d peers.Dir, name string, deadline time.Time) (*peers.Run, error) {
+func beginWhenReady(ctx context.Context, rep reporter, name string, deadline time.Time) (*peers.Run, error) {
 	for {
-		run, err := d.Begin(name)
+		d, err := rep.records()
 		if err == nil {
-			return run, nil
+			var run *peers.Run
+			if run, err = d.Begin(name); err == nil {
+				return run, nil
+			}
+			d.Close()
 		}
 		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("mark %s running: %w", name, err)
@@ -232,15 +238,15 @@ func beginWhenReady(ctx context.Context, d peers.Dir, name string, deadline time
 // writeWhenReady writes a final record, waiting while the records directory
 // does not exist yet: an app can finish before the proxy container has ever
 // started, and only the supervisor may create the directory (it must own it).
-func writeWhenReady(d peers.Dir, rec peers.Record, deadline time.Time, stderr io.Writer) error {
+func writeWhenReady(rep reporter, rec peers.Record, deadline time.Time, stderr io.Writer) error {
 	said := false
 	for {
-		err := d.Write(rec)
+		err := rep.write(rec)
 		if err == nil || !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
 			return err
 		}
 		if !said {
-			fmt.Fprintf(stderr, "proxy-supervisor: complete: waiting for the supervisor to create %s\n", d.Path())
+			fmt.Fprintf(stderr, "proxy-supervisor: complete: waiting for the supervisor to create %s\n", peers.Open(rep.dir).Path())
 			said = true
 		}
 		time.Sleep(retryEvery)
@@ -310,6 +316,26 @@ func newReporter(cmd, dir, name string, trust uidList, stderr io.Writer) reporte
 	return reporter{cmd: cmd, dir: dir, name: name, client: control.NewClient(dir, trust...), stderr: stderr}
 }
 
+// records opens peers/ once and checks that the supervisor owns it, as the
+// socket's server is checked: where the control dir is not sticky (Istio's
+// emptyDir), another uid can rename the supervisor's peers/ away and make
+// its own, and a record written there by path would reach no supervisor.
+// Every write of the run then goes through that one descriptor, so a swap
+// while COMMAND runs cannot redirect the final record either.
+func (r reporter) records() (peers.Dir, error) {
+	return peers.Open(r.dir).Hold(r.client.Trusts)
+}
+
+// write writes a final record in the supervisor's peers/ (records).
+func (r reporter) write(rec peers.Record) error {
+	d, err := r.records()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Write(rec)
+}
+
 func (r reporter) say(format string, args ...any) {
 	fmt.Fprintf(r.stderr, "proxy-supervisor: %s: "+format+"\n", append([]any{r.cmd}, args...)...)
 }
@@ -327,7 +353,7 @@ func (r reporter) finish(run *peers.Run, end peers.Record, wait time.Duration, s
 	if run != nil {
 		err = run.Finish(end.ExitCode, end.Reason, end.Stop) // releases the lock only once the record is in place
 	} else {
-		err = peers.Open(r.dir).Write(end)
+		err = r.write(end)
 	}
 	if err == nil {
 		r.poke(end)
@@ -463,7 +489,7 @@ func runComplete(args []string, env func(string) string, stdout, stderr io.Write
 	deadline := time.Now().Add(*timeout)
 	rep := newReporter("complete", *dir, *name, *trust, stderr)
 	rec := peers.Record{Name: *name, ExitCode: int(code), Reason: peers.Exited, Time: time.Now()}
-	err := writeWhenReady(peers.Open(*dir), rec, deadline, stderr)
+	err := writeWhenReady(rep, rec, deadline, stderr)
 	switch {
 	case err == nil:
 		if rep.poke(rec) != nil {

@@ -24,6 +24,7 @@ func TestPrestopOutcome(t *testing.T) {
 		{"drained", true, control.Drained, nil, 0},
 		{"peers completed", true, control.PeersCompleted, nil, 0},
 		{"bound reached", false, control.DrainTimedOut, nil, 0},
+		{"bound reached, peers/ replaced", false, control.DrainTimedOut + ": peers/ was replaced", nil, 0},
 		{"never ready", true, control.NeverReady, nil, 0},
 		{"already stopping", true, control.AlreadyStopping, nil, 0},
 		{"native sidecar", true, control.NativeSidecar, nil, 0},

@@ -73,6 +73,8 @@ type Book struct {
 	memory    map[string]peers.Record // POSTed completions of this run
 	reporters map[string]uint32       // who POSTed each of them
 	skipped   map[string]bool         // unreadable records already logged
+	replaced  error                   // peers/'s path names another directory (Replaced)
+	said      [2]bool                 // the replacement, and the return, were logged: once each
 	settled   chan struct{}           // closed while the verdict is settled
 	reopened  chan struct{}           // closed when a settled verdict opens again; then replaced
 	settledAt time.Time
@@ -80,33 +82,35 @@ type Book struct {
 
 // Open creates the records directory (and the control dir, if missing) and
 // the store of posted completions, then returns the book; it reads nothing
-// yet. A peer can plant something where the posted store goes (peers/ is
-// writable by all); completions that come by POST alone then still count for
-// this run, but are not kept, rather than the supervisor failing to start.
+// yet. The book keeps both directories open and reads them, and only them,
+// through their descriptors (see Replaced). A peer can plant something
+// where the posted store goes (peers/ is writable by all); completions that
+// come by POST alone then still count for this run, but are not kept,
+// rather than the supervisor failing to start.
 func Open(cfg Config) (*Book, error) {
 	if cfg.Rescan <= 0 {
 		cfg.Rescan = DefaultRescan
 	}
-	if err := cfg.Records.Create(); err != nil {
+	held, err := cfg.Records.CreateHeld()
+	if err != nil {
 		return nil, fmt.Errorf("completion records: %w", err)
 	}
+	cfg.Records = held
 	b := &Book{
 		cfg:       cfg,
-		posted:    cfg.Records.Posted(),
 		memory:    make(map[string]peers.Record),
 		reporters: make(map[string]uint32),
 		skipped:   make(map[string]bool),
 		settled:   make(chan struct{}),
 		reopened:  make(chan struct{}),
 	}
-	if err := b.posted.CreatePrivate(); err != nil {
+	if b.posted, err = held.CreatePosted(); err != nil {
 		cfg.Log.Warn("completions that come by POST alone will not survive a restart", "err", err)
 	} else {
 		b.kept = true
 	}
 	// Watched from now on, so that nothing written between the first read
 	// and Watch goes unseen until a rescan.
-	var err error
 	if b.notifier, err = cfg.Records.Notify(); err != nil {
 		cfg.Log.Warn("cannot watch the records directory; changes are seen at the next rescan", "err", err, "rescan", cfg.Rescan)
 	}
@@ -120,6 +124,8 @@ func (b *Book) Close() {
 	if b.notifier != nil {
 		b.notifier.Close()
 	}
+	b.cfg.Records.Close()
+	b.posted.Close()
 }
 
 // Unwatch stops the notifier's events for good, once nothing the records
@@ -187,6 +193,7 @@ func (b *Book) Load(why string) peers.Verdict {
 // listing reaches them, as the book's known names are: the one whose report
 // is being confirmed.
 func (b *Book) load(why string, also ...string) peers.Verdict {
+	b.checkReplaced()
 	recs, errs := b.read(b.cfg.Records, b.cfg.AllowedUIDs, also)
 	if b.kept {
 		posted, perrs := b.read(b.posted, []uint32{uint32(os.Geteuid())}, also)
@@ -517,17 +524,54 @@ type Peer struct {
 
 // Running counts the peers whose record says they still run (under exec):
 // what the drain and a native sidecar's SIGTERM ask, many times a second,
-// without the status's copy of every record.
-func (b *Book) Running() int {
+// without the status's copy of every record. While peers/ is replaced (see
+// Replaced) a count of none is not known to be true, and err says why: an
+// exec that started since writes its running record in the other
+// directory. The path is looked at again whenever the count is none, the
+// one answer that could end a drain.
+func (b *Book) Running() (n int, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := 0
 	for _, r := range b.recs {
 		if r.Running {
 			n++
 		}
 	}
-	return n
+	if n == 0 {
+		b.checkReplaced()
+	}
+	return n, b.replaced
+}
+
+// Replaced says, while it is so, that the path peers/ no longer names the
+// records directory the book created and checked: another uid renamed it
+// away (the control dir is writable by all and, under Istio, not sticky)
+// and may have made its own there. The book goes on reading the one it
+// holds, so no record written there before is lost, but what a client
+// writes by the path now goes elsewhere; so it is an error, logged and
+// shown, never "no peer runs". It is looked at on every full read (at
+// least every rescan).
+func (b *Book) Replaced() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.replaced
+}
+
+// checkReplaced looks at the path of peers/ again and logs a change. The
+// caller holds mu.
+func (b *Book) checkReplaced() {
+	// Logged once each way: a uid that renames it back and forth must not
+	// fill the log.
+	err := b.cfg.Records.Replaced()
+	switch {
+	case err != nil && b.replaced == nil && !b.said[0]:
+		b.said[0] = true
+		b.cfg.Log.Error("the records directory was replaced; reading the one created at start, and no longer taking its lack of running peers for the app's end", "err", err)
+	case err == nil && b.replaced != nil && !b.said[1]:
+		b.said[1] = true
+		b.cfg.Log.Info("the records directory is the one created at start again", "dir", b.cfg.Records.Path())
+	}
+	b.replaced = err
 }
 
 // Peers returns every peer with a record, and the verdict.

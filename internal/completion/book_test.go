@@ -270,9 +270,59 @@ func TestRunningCountsRunningPeers(t *testing.T) {
 	}
 	watch(t, b)
 	b.Load("test")
-	if got, want := b.Running(), count(b, func(p Peer) bool { return p.Running }); got != 2 || want != 2 {
-		t.Fatalf("Running() = %d, the status lists %d running; want 2", got, want)
+	if got, _ := b.Running(); got != 2 || count(b, func(p Peer) bool { return p.Running }) != 2 {
+		t.Fatalf("Running() = %d, the status lists %d running; want 2", got, count(b, func(p Peer) bool { return p.Running }))
 	}
 	runs[0].Abort()
-	eventually(t, "one peer left running", func() bool { return b.Running() == 1 })
+	eventually(t, "one peer left running", func() bool { n, _ := b.Running(); return n == 1 })
+}
+
+// Another uid renames peers/ away and makes its own (issue 26, 2.3). The
+// book goes on reading the directory it created, so a peer running there
+// still runs, and says the path names another: while it does, no running
+// peer is never an answer, and a record in the impostor is never read.
+func TestReplacedRecordsDirectory(t *testing.T) {
+	b, d := openBook(t, peers.Policy{Count: 1})
+	run, err := d.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run.Abort() })
+	b.Load("test")
+	away := d.Path() + ".away"
+	if err := os.Rename(d.Path(), away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.Path(), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(peers.Record{Name: "app", ExitCode: 0, Reason: peers.Exited}); err != nil {
+		t.Fatal(err) // by the path: into the impostor
+	}
+	if v := b.Load("test"); v.Settled {
+		t.Fatalf("a record in the impostor settled the verdict: %+v", v)
+	}
+	if n, err := b.Running(); n != 1 || err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Fatalf("Running() = %d, %v; want the run in the directory created, and the replacement", n, err)
+	}
+	if err := run.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	b.Load("test")
+	if n, err := b.Running(); n != 0 || err == nil {
+		t.Fatalf("Running() = %d, %v; want none known, and the error", n, err)
+	}
+	if b.Replaced() == nil {
+		t.Fatal("Replaced() = nil with the path naming another directory")
+	}
+	// Back in place, all is as before.
+	if err := os.RemoveAll(d.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(away, d.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Running(); n != 0 || err != nil {
+		t.Fatalf("Running() = %d, %v once the directory is back", n, err)
+	}
 }

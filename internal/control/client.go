@@ -51,6 +51,11 @@ func NewClient(dir string, supervisorUIDs ...uint32) *Client {
 	}
 }
 
+// Trusts reports whether uid may be the supervisor's, as for the socket's
+// server: what a client also asks of the owner of peers/ before it writes
+// its records there.
+func (c *Client) Trusts(uid uint32) bool { return slices.Contains(c.trusted, uid) }
+
 // maxAnswer bounds an answer of the supervisor's; its largest, /v1/status,
 // is a few kilobytes.
 const maxAnswer = 1 << 20

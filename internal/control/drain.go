@@ -3,7 +3,8 @@ package control
 // The reasons of /v1/drain's answer: the words on the wire between the
 // supervisor (Backend.Drain's why) and the preStop hook's client, which
 // tells the kubelet's log what they mean. Stopped is followed by ": " and
-// what stopped the supervisor.
+// what stopped the supervisor; DrainTimedOut may be, by what held the drain
+// in the app's place (the records directory replaced).
 const (
 	// How the drain itself ended.
 	Drained        = "drained"         // its condition held for the quiet period

@@ -102,8 +102,10 @@ type Config struct {
 	// Running, if set, says how many peers still run under exec (a
 	// running record whose lock is held). Such a peer is the app, alive:
 	// it may still send through the proxy, so it holds the drain until it
-	// has ended or the bound comes.
-	Running func() int
+	// has ended or the bound comes. An error means the count cannot be
+	// known (the records directory was replaced): that holds the drain to
+	// its bound, never ends it, and the drain's lines say why.
+	Running func() (int, error)
 	// Recheck: the listeners were drained already (a preStop's drain that
 	// ended before SIGTERM); only wait for the condition again. A condition
 	// that holds at the first check ends it at once: the first drain's
@@ -136,6 +138,9 @@ const (
 type Result struct {
 	End  End
 	Took time.Duration
+	// Why: at TimedOut, an error that held the drain in the app's place
+	// (Running's: the running peers could not be counted), if one did.
+	Why string
 }
 
 // OK reports whether the drain condition held (or there was nothing to wait
@@ -165,8 +170,8 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		cancel()
 	}
 	envoyPorts = d.refreshEnvoyPorts(deadline, envoyPorts)
-	end := d.wait(start, deadline, envoyPorts, settled)
-	r := Result{End: end, Took: d.clock.Now().Sub(start)}
+	end, why := d.wait(start, deadline, envoyPorts, settled)
+	r := Result{End: end, Took: d.clock.Now().Sub(start), Why: why}
 	d.cfg.Log.Info("drain ended", "end", string(end), "after", r.Took.Round(time.Millisecond))
 	return r
 }
@@ -220,17 +225,18 @@ type state struct {
 	known   bool // conns was read (it is not needed while the app listens)
 	cerr    error
 	running int
+	rerr    error // the running peers cannot be counted
 }
 
 // holds reports whether the drained condition holds.
 func (st state) holds() bool {
-	return st.perr == nil && len(st.ports) == 0 && st.known && st.conns.Busy == 0 && st.running == 0
+	return st.perr == nil && len(st.ports) == 0 && st.known && st.conns.Busy == 0 && st.running == 0 && st.rerr == nil
 }
 
 // wait checks the drain condition until it has held for the quiet period
 // (and no sooner than Min), the deadline passes or settled closes: every
 // tick, or when the Watch reports a close.
-func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) End {
+func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
 	earliest := start.Add(d.cfg.Min)
 	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
 	if d.cfg.Watch != nil {
@@ -252,8 +258,10 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			settled, peersDone = nil, true
 		default:
 		}
-		if peersDone && (d.cfg.Running == nil || d.cfg.Running() == 0) {
-			return PeersCompleted
+		if peersDone {
+			if st.running, st.rerr = d.running(); st.running == 0 && st.rerr == nil {
+				return PeersCompleted, ""
+			}
 		}
 		if !d.listenersDrained && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
 			// Retried until Envoy accepts it once: a busy admin API at the
@@ -283,9 +291,11 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			st.conns, st.cerr = d.connections(deadline)
 			st.known = st.cerr == nil
 		}
-		st.running = 0
-		if d.cfg.Running != nil && st.holds() {
-			st.running = d.cfg.Running() // asked only when nothing else holds the drain
+		if !peersDone {
+			st.running, st.rerr = 0, nil
+		}
+		if st.holds() {
+			st.running, st.rerr = d.running() // asked only when nothing else holds the drain
 		}
 		now := d.clock.Now()
 		switch {
@@ -294,16 +304,19 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		case d.cfg.Recheck && first:
 			// The first drain held its quiet period already, and nothing
 			// has opened since: a second one would only delay the stop.
-			return Drained
+			return Drained, ""
 		case quietSince.IsZero():
 			quietSince = now
 		}
 		if !quietSince.IsZero() && now.Sub(quietSince) >= d.cfg.Quiet && !now.Before(earliest) {
-			return Drained
+			return Drained, ""
 		}
 		if !now.Before(deadline) {
 			d.cfg.Log.Warn("drain timed out", d.attrs(now, earliest, deadline, st)...)
-			return TimedOut
+			if st.rerr != nil {
+				return TimedOut, st.rerr.Error()
+			}
+			return TimedOut, ""
 		}
 		if now.Sub(lastLog) >= d.cfg.Progress {
 			lastLog = now
@@ -377,6 +390,14 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
+// running counts the peers still running under exec, when Running is set.
+func (d *drainer) running() (int, error) {
+	if d.cfg.Running == nil {
+		return 0, nil
+	}
+	return d.cfg.Running()
+}
+
 // attrs describe where the drain stands, for its progress and timeout lines.
 func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 	attrs := []any{"open_ports", fmt.Sprint(st.ports), "remaining", max(deadline.Sub(now), 0).Round(100 * time.Millisecond)}
@@ -385,6 +406,9 @@ func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 	}
 	if st.running > 0 {
 		attrs = append(attrs, "peers_running", st.running)
+	}
+	if st.rerr != nil {
+		attrs = append(attrs, "peers_err", st.rerr)
 	}
 	if st.perr != nil {
 		attrs = append(attrs, "scan_err", st.perr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -289,7 +290,7 @@ func TestSettledPeersWaitForARunningPeer(t *testing.T) {
 	var running atomic.Int32
 	running.Store(1)
 	cfg := config(a, s, clock)
-	cfg.Running = func() int { return int(running.Load()) }
+	cfg.Running = func() (int, error) { return int(running.Load()), nil }
 	settled := make(chan struct{})
 	res := start(cfg, settled)
 	clock.checks(t, 1)
@@ -375,7 +376,7 @@ func TestRunningPeerHoldsTheDrain(t *testing.T) {
 	running.Store(1)
 	a, s, clock := &fakeAdmin{}, &fakeScanner{}, newClock()
 	cfg := config(a, s, clock)
-	cfg.Running = func() int { return int(running.Load()) }
+	cfg.Running = func() (int, error) { return int(running.Load()), nil }
 	res := start(cfg, nil)
 	clock.advance(t, 10*time.Second) // past Min, nothing listens, no connection
 	clock.notOver(t)
@@ -390,7 +391,7 @@ func TestRunningPeerHoldsTheDrain(t *testing.T) {
 	running.Store(1)
 	a, clock = &fakeAdmin{}, newClock()
 	cfg = config(a, s, clock)
-	cfg.Running = func() int { return int(running.Load()) }
+	cfg.Running = func() (int, error) { return int(running.Load()), nil }
 	res = start(cfg, nil)
 	clock.advance(t, cfg.Timeout)
 	r = within(t, res, 5*time.Second)
@@ -398,6 +399,34 @@ func TestRunningPeerHoldsTheDrain(t *testing.T) {
 		t.Fatalf("a peer that never ends: end %q, want the bound", r.End)
 	}
 	took(t, r, cfg.Timeout, cfg.Timeout)
+}
+
+// A count of running peers that cannot be known (the records directory
+// was replaced, issue 26, 2.3) is never taken for none: it holds the drain
+// to its bound, settled verdict or not, and the drain's lines say why.
+func TestUnknownRunningPeersHoldTheDrainToItsBound(t *testing.T) {
+	for _, settle := range []bool{false, true} {
+		a, s, clock := &fakeAdmin{}, &fakeScanner{}, newClock()
+		cfg := config(a, s, clock)
+		var log strings.Builder
+		cfg.Log = slog.New(slog.NewTextHandler(&log, nil)) // read once the drain has ended
+		cfg.Running = func() (int, error) { return 0, errors.New("peers/ was replaced") }
+		settled := make(chan struct{})
+		if settle {
+			close(settled)
+		}
+		res := start(cfg, settled)
+		clock.advance(t, cfg.Timeout-time.Second) // past Min and the quiet period: nothing else holds it
+		clock.notOver(t)
+		clock.advance(t, time.Second)
+		r := within(t, res, 5*time.Second)
+		if r.End != TimedOut || r.Why != "peers/ was replaced" {
+			t.Fatalf("settled %v: end %q (%q), want the bound and why", settle, r.End, r.Why)
+		}
+		if !strings.Contains(log.String(), `peers_err="peers/ was replaced"`) {
+			t.Errorf("settled %v: the drain's lines do not say why it waits:\n%s", settle, log.String())
+		}
+	}
 }
 
 // A re-check (SIGTERM after a preStop's drain ended) does not drain the

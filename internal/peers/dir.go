@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,8 +37,19 @@ const (
 )
 
 // Dir is <control-dir>/peers, the directory of records.
+//
+// A Dir either names the directory by its path (Open: every call looks the
+// path up again) or holds it open (CreateHeld, Hold): every call then goes
+// through the descriptor of the directory that was created or checked,
+// with *at calls, as the control socket's directory does. The control dir
+// is an emptyDir, writable by every uid and, under Istio, not sticky, so
+// any uid can rename peers/ away and make its own in its place; a held Dir
+// goes on reading and writing the one it checked, and Replaced says when
+// the path no longer names it. Copies of a held Dir share its descriptor,
+// which Close releases.
 type Dir struct {
 	path string
+	f    *os.File // the directory held open; nil: by path
 }
 
 // Open names the records directory of controlDir. It touches nothing.
@@ -49,62 +62,219 @@ func (d Dir) Path() string { return d.path }
 
 func (d Dir) file(name string) string { return filepath.Join(d.path, name) }
 
+// Hold opens the directory for a client and returns it held, once a uid
+// that trusted accepts owns it: the supervisor creates it and must own it
+// (or root, or this uid). Where the control dir is not sticky (Istio's
+// emptyDir), any uid can rename the supervisor's peers/ away and make its
+// own; a client that wrote there by path would report where no supervisor
+// reads, and its running record would not hold a drain. A directory of
+// another uid is an *UntrustedDirError; one that does not exist yet is the
+// open's error (fs.ErrNotExist), for the caller to wait for it.
+func (d Dir) Hold(trusted func(uid uint32) bool) (Dir, error) {
+	f, err := os.OpenFile(d.path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		// The supervisor refuses a peers/ that is a symlink or a file at
+		// start: one there now was planted, and must not hold the app up.
+		var st unix.Stat_t
+		if (errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) && unix.Lstat(d.path, &st) == nil {
+			return Dir{}, &UntrustedDirError{Path: d.path, UID: st.Uid, NotDir: true}
+		}
+		return Dir{}, err
+	}
+	st, err := fstat(f)
+	switch {
+	case err != nil:
+	case !trusted(st.Uid):
+		err = &UntrustedDirError{Path: d.path, UID: st.Uid}
+	}
+	if err != nil {
+		f.Close()
+		return Dir{}, err
+	}
+	return Dir{path: d.path, f: f}, nil
+}
+
+// UntrustedDirError is a records directory that a uid not trusted to be
+// the supervisor's owns: most likely another uid renamed the supervisor's
+// away and made its own in its place.
+type UntrustedDirError struct {
+	Path   string
+	UID    uint32
+	NotDir bool // a symlink or a file of UID's, which the supervisor never makes
+}
+
+func (e *UntrustedDirError) Error() string {
+	if e.NotDir {
+		return fmt.Sprintf("%s is not a directory but a symlink or a file of uid %d, which the supervisor never makes; no record is written there", e.Path, e.UID)
+	}
+	return fmt.Sprintf("%s belongs to uid %d, which is not trusted to be the supervisor (another uid may have renamed the supervisor's away and made its own there); no record is written in it", e.Path, e.UID)
+}
+
+// Close releases a held directory. Calls under way finish first (the
+// descriptor is closed once the last lets go of it), and later ones fail;
+// a second Close, or one of a Dir that holds nothing, is harmless.
+func (d Dir) Close() error {
+	if d.f == nil {
+		return nil
+	}
+	if err := d.f.Close(); !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// at runs fn with a directory descriptor and name's path relative to it:
+// the held directory's descriptor and name, or AT_FDCWD and the whole path.
+func (d Dir) at(name string, fn func(dirfd int, rel string) error) error {
+	if d.f == nil {
+		return fn(unix.AT_FDCWD, d.file(name))
+	}
+	return control(d.f, func(fd int) error { return fn(fd, name) })
+}
+
+// openFile opens name in the directory, close-on-exec, as os.OpenFile
+// would open its path; "." is the directory itself, with an offset of its
+// own.
+func (d Dir) openFile(name string, flags int, mode uint32) (*os.File, error) {
+	fd := -1
+	err := d.at(name, func(dirfd int, rel string) error {
+		for {
+			var err error
+			fd, err = unix.Openat(dirfd, rel, flags|unix.O_CLOEXEC, mode)
+			if !errors.Is(err, unix.EINTR) {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: d.file(name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), d.file(name)), nil
+}
+
+// lstat describes name in the directory without following a symlink.
+func (d Dir) lstat(name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := d.at(name, func(dirfd int, rel string) error {
+		return unix.Fstatat(dirfd, rel, &st, unix.AT_SYMLINK_NOFOLLOW)
+	})
+	return st, err
+}
+
+// rename renames from over to, both in the directory.
+func (d Dir) rename(from, to string) error {
+	err := d.at(from, func(dirfd int, rel string) error {
+		return unix.Renameat(dirfd, rel, dirfd, filepath.Join(filepath.Dir(rel), to))
+	})
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: d.file(from), New: d.file(to), Err: err}
+	}
+	return nil
+}
+
+// remove removes the file name from the directory.
+func (d Dir) remove(name string) error {
+	return d.at(name, func(dirfd int, rel string) error { return unix.Unlinkat(dirfd, rel, 0) })
+}
+
+// Replaced reports, for a held directory, that its path no longer names
+// it: another uid renamed it away or removed it, and may have made its own
+// in its place. The held one is still read and written, but a client that
+// looks the path up now writes elsewhere, where the supervisor does not
+// look. nil for a Dir that holds nothing, or while the path names it.
+func (d Dir) Replaced() error {
+	if d.f == nil {
+		return nil
+	}
+	held, err := fstat(d.f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.path, err)
+	}
+	var now unix.Stat_t
+	switch err := unix.Lstat(d.path, &now); {
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%s was renamed away or removed: the records are still read from the directory created at start, but a client that starts now cannot reach it", d.path)
+	case err != nil:
+		return fmt.Errorf("%s: %w", d.path, err)
+	case now.Dev != held.Dev || now.Ino != held.Ino:
+		return fmt.Errorf("%s was replaced by another directory (owned by uid %d): the records are still read from the one created at start, but a client that starts now may write into the other, which is not read", d.path, now.Uid)
+	}
+	return nil
+}
+
 // Create makes the directory, and the control dir if it is missing, for the
 // supervisor. Modes are set with chmod, because the umask must not decide
 // who can report. An existing directory gets its mode fixed, but it must be
 // a real directory owned by us: a peer that planted a symlink or its own
 // directory there could otherwise redirect the chmod or delete any record.
 func (d Dir) Create() error {
+	h, err := d.CreateHeld()
+	if err != nil {
+		return err
+	}
+	return h.Close()
+}
+
+// CreateHeld is Create that returns the directory it created and checked
+// held open: the supervisor's, which must go on reading the directory it
+// checked whatever another uid renames in the control dir.
+func (d Dir) CreateHeld() (Dir, error) {
 	parent := filepath.Dir(d.path)
 	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(parent, controlMode); err != nil {
-			return fmt.Errorf("create control dir: %w", err)
+			return Dir{}, fmt.Errorf("create control dir: %w", err)
 		}
 		if err := os.Chmod(parent, controlMode); err != nil {
-			return fmt.Errorf("create control dir: %w", err)
+			return Dir{}, fmt.Errorf("create control dir: %w", err)
 		}
 	} else if err != nil {
-		return fmt.Errorf("create control dir: %w", err)
+		return Dir{}, fmt.Errorf("create control dir: %w", err)
 	}
-	return d.create(dirMode)
+	return Dir{path: parent}.createIn(filepath.Base(d.path), dirMode)
 }
 
-// Posted is the directory where the supervisor keeps completions that came
-// by POST alone. It is apart from the peers' records because peers/ is
-// sticky: a record the supervisor wrote there could never be replaced by
-// the peer's next run. Load of the peers' directory skips it (a dotfile).
-func (d Dir) Posted() Dir { return Dir{path: filepath.Join(d.path, ".posted")} }
+// CreatePosted makes, in a held records directory, the directory where the
+// supervisor keeps completions that came by POST alone, writable by its
+// owner alone, with the same checks as Create, and returns it held. It is
+// apart from the peers' records because peers/ is sticky: a record the
+// supervisor wrote there could never be replaced by the peer's next run.
+// Load of the peers' directory skips it (a dotfile).
+func (d Dir) CreatePosted() (Dir, error) { return d.createIn(".posted", privateMode) }
 
-// CreatePrivate makes the directory writable by its owner alone, with the
-// same checks as Create: a peer that planted a symlink or a directory of its
-// own there is refused, never followed.
-func (d Dir) CreatePrivate() error { return d.create(privateMode) }
-
-func (d Dir) create(mode uint32) error {
-	if err := unix.Mkdir(d.path, mode); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("create %s: %w", d.path, err)
+// createIn makes the directory name in d with mode, or fixes the mode of
+// the one there, and returns it held. It must be a real directory that
+// this uid owns: a peer that planted a symlink or a directory of its own
+// there is refused, never followed.
+func (d Dir) createIn(name string, mode uint32) (Dir, error) {
+	path := d.file(name)
+	err := d.at(name, func(dirfd int, rel string) error { return unix.Mkdirat(dirfd, rel, mode) })
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return Dir{}, fmt.Errorf("create %s: %w", path, err)
 	}
-	// Fix the mode through a descriptor opened without following a
-	// symlink, so the directory we check is the one we chmod.
-	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Checked and chmodded through a descriptor opened without following
+	// a symlink, which is then kept: the directory checked is the one
+	// used.
+	f, err := d.openFile(name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return fmt.Errorf("create %s: exists and is not a directory", d.path)
+			return Dir{}, fmt.Errorf("create %s: exists and is not a directory", path)
 		}
-		return fmt.Errorf("create %s: %w", d.path, err)
+		return Dir{}, fmt.Errorf("create %s: %w", path, err)
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("create %s: %w", d.path, err)
+	h := Dir{path: path, f: f}
+	st, err := fstat(f)
+	switch {
+	case err != nil:
+	case st.Uid != uint32(os.Geteuid()):
+		err = fmt.Errorf("owned by uid %d, not by us (uid %d); its owner could remove any record", st.Uid, os.Geteuid())
+	default:
+		err = control(f, func(fd int) error { return unix.Fchmod(fd, mode) })
 	}
-	if uid := uint32(os.Geteuid()); st.Uid != uid {
-		return fmt.Errorf("create %s: owned by uid %d, not by us (uid %d); its owner could remove any record", d.path, st.Uid, uid)
+	if err != nil {
+		h.Close()
+		return Dir{}, fmt.Errorf("create %s: %w", path, err)
 	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fmt.Errorf("create %s: %w", d.path, err)
-	}
-	return nil
+	return h, nil
 }
 
 // Write stores a final record atomically and durably. A zero Time becomes
@@ -159,14 +329,14 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(d.path, tempPrefix+r.Name+".*")
+	f, tmp, err := d.createTemp(tempPrefix + r.Name + ".")
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(f.Name()) // gone already if the rename happened
+			d.remove(tmp) // gone already if the rename happened
 		}
 	}()
 	if lock {
@@ -181,8 +351,8 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 	if _, err := f.Write(b); err != nil {
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
 	}
-	if err := os.Rename(f.Name(), d.file(r.Name)); err != nil {
-		if t := takenBy(r.Name, d.file(r.Name), err); t != nil && errors.Is(err, fs.ErrPermission) {
+	if err := d.rename(tmp, r.Name); err != nil {
+		if t := d.takenBy(r.Name, r.Name, err); t != nil && errors.Is(err, fs.ErrPermission) {
 			return nil, t
 		}
 		return nil, fmt.Errorf("record %s: %w", r.Name, err)
@@ -204,12 +374,31 @@ func (d Dir) put(r Record, lock bool) (_ *os.File, err error) {
 
 // sync makes a rename durable: the new name lives in the directory.
 func (d Dir) sync() error {
+	if d.f != nil {
+		return d.f.Sync()
+	}
 	f, err := os.Open(d.path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// createTemp creates a new file in the directory, mode 0600, named prefix
+// and a random suffix, as os.CreateTemp does, and returns it with its name.
+// Random, not counted: peers/ is writable by every uid, and names another
+// uid can guess it can take first.
+func (d Dir) createTemp(prefix string) (*os.File, string, error) {
+	for range 10 {
+		name := prefix + strconv.FormatUint(rand.Uint64(), 36)
+		f, err := d.openFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, name, err
+	}
+	return nil, "", fmt.Errorf("create a temp file in %s: every name tried exists", d.path)
 }
 
 // Load reads every record, keyed by name. A running record whose lock
@@ -237,7 +426,7 @@ const loadChunk = 256
 // type are skipped without being opened.
 func (d Dir) LoadUpTo(allowedUIDs []uint32, limit int) (recs map[string]Record, errs []error, complete bool) {
 	recs = map[string]Record{}
-	f, err := os.Open(d.path)
+	f, err := d.openFile(".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return recs, []error{fmt.Errorf("load records: %w", err)}, false
 	}
@@ -319,10 +508,9 @@ func (d Dir) Get(name string, allowed []uint32) (r Record, ok bool, err error) {
 // running and unlocked but the path no longer names the inode we locked: a
 // Finish renamed a final record over it, and the caller must read again.
 func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err error) {
-	path := d.file(name)
 	// O_NOFOLLOW: a planted symlink must not make us read another file.
 	// O_NONBLOCK: a planted FIFO must not hang the open.
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, err := d.openFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			return Record{}, false, errors.New("a symlink, not a record")
@@ -369,7 +557,7 @@ func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err err
 	if held {
 		return r, true, nil
 	}
-	same, err := names(path, &st)
+	same, err := d.names(name, &st)
 	if err != nil || !same {
 		return Record{}, false, err
 	}
@@ -379,10 +567,10 @@ func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err err
 	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: r.Time, UID: st.Uid}, true, nil
 }
 
-// names reports whether path still names the inode st describes.
-func names(path string, st *unix.Stat_t) (bool, error) {
-	var now unix.Stat_t
-	if err := unix.Lstat(path, &now); err != nil {
+// names reports whether name still names the inode st describes.
+func (d Dir) names(name string, st *unix.Stat_t) (bool, error) {
+	now, err := d.lstat(name)
+	if err != nil {
 		return false, err
 	}
 	return now.Dev == st.Dev && now.Ino == st.Ino, nil

@@ -398,3 +398,59 @@ func skipUnlessRoot(t *testing.T) {
 		t.Skip("needs root")
 	}
 }
+
+// A client holds peers/ only when a trusted uid owns it, and then writes
+// through it whatever the path names later (issue 26, 2.3).
+func TestHoldChecksTheOwnerAndKeepsTheDirectory(t *testing.T) {
+	me := uint32(os.Geteuid())
+	trustMe := func(uid uint32) bool { return uid == me }
+	d := newDir(t)
+	if _, err := d.Hold(func(uint32) bool { return false }); !errors.As(err, new(*UntrustedDirError)) || !strings.Contains(err.Error(), fmt.Sprint("uid ", me)) {
+		t.Fatalf("Hold of an untrusted owner's directory: %v; want an *UntrustedDirError naming the uid", err)
+	}
+	h, err := d.Hold(trustMe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	away := d.Path() + ".away"
+	if err := os.Rename(d.Path(), away); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.Path(), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	run, err := h.Begin("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(3, Exited, Stop{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := Open(filepath.Dir(away)).Get("app", nil); ok || err != nil {
+		t.Fatalf("the run wrote by the path: %+v %v %v", r, ok, err)
+	}
+	if ents, _ := os.ReadDir(d.Path()); len(ents) != 0 {
+		t.Fatalf("the run wrote %d entries into the directory now at the path", len(ents))
+	}
+	b, err := os.ReadFile(filepath.Join(away, "app"))
+	if err != nil || !strings.Contains(string(b), `"exit_code":3`) {
+		t.Fatalf("the held directory's record: %q %v", b, err)
+	}
+
+	// A symlink in its place is refused, naming its owner, as untrusted.
+	if err := os.Remove(d.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(away, d.Path()); err != nil {
+		t.Fatal(err)
+	}
+	var u *UntrustedDirError
+	if _, err := d.Hold(trustMe); !errors.As(err, &u) || !u.NotDir {
+		t.Fatalf("Hold of a symlink: %v; want an *UntrustedDirError that is not a directory", err)
+	}
+	// Missing is missing: the client waits for the supervisor to make it.
+	if _, err := Open(t.TempDir()).Hold(trustMe); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Hold of a missing directory: %v", err)
+	}
+}

@@ -23,6 +23,14 @@
 // that a record names the file it is in, and optionally that its owner is an
 // allowed uid.
 //
+// The sticky bit guards the records, not peers/ itself: in a control dir
+// that is not sticky (Istio's emptyDir) any uid can rename peers/ away and
+// make its own. So the supervisor holds the directory it created and checked
+// (CreateHeld) and every call goes through its descriptor; Replaced says when
+// the path names another. Clients hold the one they found owned by a uid
+// trusted to be the supervisor's (Hold), and write every record of a run
+// through it.
+//
 // # Claiming a name
 //
 // Two execs of one name started together must not both run. Checking that

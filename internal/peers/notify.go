@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -48,7 +49,21 @@ func (d Dir) Notify() (*Notifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	wd, err := unix.InotifyAddWatch(fd, d.path, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+	const mask = unix.IN_MOVED_TO | unix.IN_CLOSE_WRITE | unix.IN_ONLYDIR
+	wd := -1
+	err = d.at(".", func(dirfd int, rel string) error {
+		if dirfd != unix.AT_FDCWD {
+			// The held directory, by its descriptor: the path may name
+			// another by now. Without /proc, the path it is.
+			var err error
+			if wd, err = unix.InotifyAddWatch(fd, "/proc/self/fd/"+strconv.Itoa(dirfd), mask); err == nil {
+				return nil
+			}
+		}
+		var err error
+		wd, err = unix.InotifyAddWatch(fd, d.path, mask|unix.IN_DONT_FOLLOW)
+		return err
+	})
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("inotify %s: %w", d.path, err)

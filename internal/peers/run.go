@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -74,14 +73,14 @@ func (e *TakenError) Error() string {
 		e.Path, e.UID, os.Geteuid(), e.Name)
 }
 
-// takenBy returns a *TakenError wrapping err when path exists and another
-// uid owns it.
-func takenBy(name, path string, err error) *TakenError {
-	var st unix.Stat_t
-	if unix.Lstat(path, &st) != nil || st.Uid == uint32(os.Geteuid()) {
+// takenBy returns a *TakenError wrapping err when the file of the name
+// entry exists and another uid owns it.
+func (d Dir) takenBy(name, entry string, err error) *TakenError {
+	st, serr := d.lstat(entry)
+	if serr != nil || st.Uid == uint32(os.Geteuid()) {
 		return nil
 	}
-	return &TakenError{Name: name, Path: path, UID: st.Uid, Err: err}
+	return &TakenError{Name: name, Path: d.file(entry), UID: st.Uid, Err: err}
 }
 
 // Unclaimed is why Begin ran without the name's claim (another uid owns
@@ -108,8 +107,7 @@ const claimMode = 0o600
 // when another exec has it, and returns a *TakenError when the claim file
 // is another uid's.
 func (d Dir) claim(name string) (*os.File, error) {
-	path := filepath.Join(d.path, claimPrefix+name)
-	f, err := d.openClaim(name, path)
+	f, err := d.openClaim(name, claimPrefix+name)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -124,23 +122,24 @@ func (d Dir) claim(name string) (*os.File, error) {
 	return f, nil
 }
 
-// openClaim opens the claim file at path, creating it if needed, mode
+// openClaim opens the claim file entry, creating it if needed, mode
 // claimMode. It never follows a symlink or opens anything but a regular
 // file of this uid: anything else there is another uid's (a *TakenError),
 // or an error. It creates only with O_EXCL: an O_CREAT open of another
 // uid's file in a sticky directory fails under fs.protected_regular.
-func (d Dir) openClaim(name, path string) (*os.File, error) {
+func (d Dir) openClaim(name, entry string) (*os.File, error) {
 	const flags = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	path := d.file(entry)
 	for range loadTries {
-		f, err := os.OpenFile(path, flags, 0)
+		f, err := d.openFile(entry, flags, 0)
 		if errors.Is(err, os.ErrNotExist) {
-			f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, claimMode)
+			f, err = d.openFile(entry, flags|os.O_CREATE|os.O_EXCL, claimMode)
 			if errors.Is(err, os.ErrExist) {
 				continue // another exec made it first
 			}
 		}
 		if err != nil {
-			if t := takenBy(name, path, err); t != nil {
+			if t := d.takenBy(name, entry, err); t != nil {
 				return nil, t
 			}
 			if errors.Is(err, unix.ELOOP) {

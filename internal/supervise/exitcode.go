@@ -49,7 +49,8 @@ type Event struct {
 	AwaitsDeletion bool
 	// Signal: Signal, which one.
 	Signal syscall.Signal
-	// EverReady: Signal and PreStop, whether the proxy had been ready.
+	// EverReady: Signal and PreStop, whether the proxy had been ready. The
+	// lifecycle's record sets it, under the lock that fixes the code.
 	EverReady bool
 	// Asked: ProxyExit, whether a stop had been asked for.
 	Asked bool

@@ -59,11 +59,15 @@ type drainRun struct {
 	thenStop bool
 }
 
-// lifecycle is the one owner of the supervisor's phase, of the exit code
-// and of the termination's drain. move is the only writer of the phase;
-// every reader (the status, the state gauge, /healthz/ready, the logs) goes
-// through it. record is the only writer of the code, which it fixes once,
-// when the first decisive event arrives: a read is a field, not a replay.
+// lifecycle is the one owner of the supervisor's phase, of the exit code,
+// of "the proxy has been ready" and of the termination's drain. move is the
+// only writer of the phase; every reader (the status, the state gauge,
+// /healthz/ready, the logs) goes through it. record is the only writer of
+// the code, which it fixes once, when the first decisive event arrives: a
+// read is a field, not a replay. becameReady is the only writer of the
+// first readiness, which it refuses once a stop is decided; every reader of
+// readiness (the ready mark, /v1/ready, /healthz/ready, the status, the
+// termination message) follows it.
 type lifecycle struct {
 	log     *slog.Logger
 	onPhase func(Phase) // told of every move, in order (the state gauge)
@@ -118,35 +122,70 @@ func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 
 // record takes an event. The first decisive one fixes the exit code (as
 // ExitCode would over the whole sequence); the rest change nothing and are
-// dropped, so a signal storm costs no memory.
-func (l *lifecycle) record(e Event) {
+// dropped, so a signal storm costs no memory. A signal's or a preStop's
+// EverReady is the lifecycle's own, read under the same lock as the
+// decision: between a caller's read and its record the first readiness
+// could otherwise be taken, and the app told so, while the code and the
+// stop went the never-ready way. It returns that answer.
+func (l *lifecycle) record(e Event) (everReady bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	everReady = !l.readyAt.IsZero()
+	if e.Kind == Signal || e.Kind == PreStop {
+		e.EverReady = everReady
+	}
 	if l.decision.decided {
-		return
+		return everReady
 	}
 	if code, why, ok := decide(e); ok {
 		l.decision = decision{code: code, why: why, decided: true, at: time.Now()}
 		close(l.decided)
 	}
+	return everReady
 }
 
 // decidedCh is closed once an event has fixed the exit code.
 func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 
 // becameReady records the proxy's first readiness: when, and the move to
-// Ready, refused (and logged) when a drain or a stop came first. It
-// reports whether this was the first; only then does the caller announce
-// it (announceReady), once it has told whoever must know before the app.
+// Ready. It reports whether this was the first; only then does the caller
+// announce it (announceReady), once it has told whoever must know before
+// the app. A first readiness that comes once a stop is decided is refused
+// for good: the proxy is on its way out, and whoever it told (a waiting
+// exec, the ready mark, the termination message) would run against a
+// proxy killed a moment later. Every decisive event before the first
+// readiness stops the proxy (see decide), so a fixed code is such a stop
+// too, even in the instant before the move to Stopping.
 func (l *lifecycle) becameReady(at time.Time, why string) (first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.readyAt.IsZero() {
+	if !l.readyAt.IsZero() || l.refusedLocked() {
 		return false
 	}
 	l.readyAt = at
 	l.moveLocked(Ready, why)
 	return true
+}
+
+// refusedLocked reports whether a first readiness can no longer be taken:
+// a stop was decided (or the proxy has exited) before it.
+func (l *lifecycle) refusedLocked() bool {
+	return l.readyAt.IsZero() && (l.decision.decided || l.phase >= Stopping)
+}
+
+// neverReady is why the proxy will never be ready in this supervisor's
+// life, or "" while its first readiness may still come or has come.
+func (l *lifecycle) neverReady() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.refusedLocked() {
+		return ""
+	}
+	why := l.decision.why
+	if why == "" {
+		why = l.why
+	}
+	return "stopping before the proxy was ever ready (" + why + ")"
 }
 
 // announceReady wakes whoever waits for the first readiness (readiedCh).
@@ -155,11 +194,14 @@ func (l *lifecycle) announceReady() { close(l.readied) }
 
 // readiedCh is closed once the first readiness is noted and announced:
 // from then on a SIGTERM or a preStop finds the proxy has been ready, and
-// a status request finds the phase past Starting.
+// a status request finds the phase past Starting. It is never closed when
+// a stop came first.
 func (l *lifecycle) readiedCh() <-chan struct{} { return l.readied }
 
 // everReady reports whether the proxy has been ready: the one answer to
-// that, which the exit code of a SIGTERM or a preStop depends on.
+// that, which the exit code of a SIGTERM or a preStop, and every reader of
+// readiness (the socket's ready mark, /v1/ready, /healthz/ready, the
+// status and the termination message) depend on.
 func (l *lifecycle) everReady() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

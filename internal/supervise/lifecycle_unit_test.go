@@ -4,7 +4,9 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func newTestLifecycle() (*lifecycle, *[]Phase) {
@@ -106,5 +108,48 @@ func TestRecordConcurrentFirstWins(t *testing.T) {
 	}
 	if again, _, _ := l.exitCode(); again != code {
 		t.Fatalf("code moved from %d to %d", code, again)
+	}
+}
+
+// Once a stop is decided, the proxy's first readiness is refused for good
+// (issue 26, 2.2): every decisive event before it stops the proxy, even in
+// the instant before the move to Stopping.
+func TestNoFirstReadinessOnceAStopIsDecided(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		before func(l *lifecycle)
+	}{
+		{"SIGTERM recorded, not yet stopping", func(l *lifecycle) { l.record(Event{Kind: Signal, Signal: syscall.SIGTERM}) }},
+		{"stopping", func(l *lifecycle) { l.move(Stopping, "peers completed") }},
+		{"exited", func(l *lifecycle) { l.move(Exited, "crashed") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, _ := newTestLifecycle()
+			tt.before(l)
+			if l.becameReady(time.Now(), "test") {
+				t.Fatal("the first readiness was taken after the stop")
+			}
+			if v := l.view(); l.everReady() || !v.readyAt.IsZero() || v.phase == Ready {
+				t.Fatalf("ever ready %v, view %+v", l.everReady(), v)
+			}
+			if l.neverReady() == "" {
+				t.Fatal("no reason given for a readiness that will never come")
+			}
+		})
+	}
+	// A preStop before readiness decides nothing and stops nothing.
+	l, _ := newTestLifecycle()
+	if ready := l.record(Event{Kind: PreStop}); ready {
+		t.Fatal("record says ready before any readiness")
+	}
+	if !l.becameReady(time.Now(), "test") || l.neverReady() != "" {
+		t.Fatal("a preStop before readiness refused it")
+	}
+	// The signal's EverReady is the lifecycle's, whatever the caller says.
+	if ready := l.record(Event{Kind: Signal, Signal: syscall.SIGTERM}); !ready {
+		t.Fatal("record says not ready after the first readiness")
+	}
+	if code, _, _ := l.exitCode(); code != 0 {
+		t.Fatalf("SIGTERM after readiness decided %d, want 0", code)
 	}
 }

@@ -66,8 +66,11 @@ func (s *Supervisor) nativeTerminate(name string) {
 // (another sidecar's port). A scan that fails says nothing: the app counts
 // as gone, since a native SIGTERM while it runs is the rare case.
 func (s *Supervisor) appAlive() (bool, string) {
-	if s.book.Running() > 0 {
+	switch n, err := s.book.Running(); {
+	case n > 0:
 		return true, "a peer runs under exec"
+	case err != nil:
+		return true, "whether a peer runs under exec is unknown: " + err.Error()
 	}
 	if isClosed(s.book.Settled()) {
 		return false, ""

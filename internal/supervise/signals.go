@@ -131,9 +131,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 // proxy was ever ready there is nothing to drain, and it stops at once.
 func (s *Supervisor) terminate(sig syscall.Signal) {
 	name := unix.SignalName(sig)
-	ready := s.life.everReady()
-	s.life.record(Event{Kind: Signal, Signal: sig, EverReady: ready})
-	if !ready {
+	if ready := s.life.record(Event{Kind: Signal, Signal: sig}); !ready {
 		s.stop(name + " before the proxy was ever ready")
 		return
 	}

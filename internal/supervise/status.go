@@ -26,12 +26,14 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
 			// The tracker tells first, and the readiness actor an instant
 			// later: the app's SIGTERM or preStop that follows this answer
-			// must find the proxy has been ready.
+			// must find the proxy has been ready. A first readiness after a
+			// stop was decided is never noted: the answer waits for ctx,
+			// as for a proxy not ready, and does not spin.
 			select {
 			case <-s.life.readiedCh():
 				return true, ""
 			case <-ctx.Done():
-				return false, "proxy ready, not yet noted"
+				return false, s.notTaken()
 			}
 		}
 		select {
@@ -64,9 +66,7 @@ func (s *Supervisor) Complete(ctx context.Context, c control.Completion) error {
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	ready := s.life.everReady()
-	s.life.record(Event{Kind: PreStop, EverReady: ready})
-	if !ready {
+	if ready := s.life.record(Event{Kind: PreStop}); !ready {
 		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
 		return true, control.NeverReady
 	}
@@ -81,6 +81,9 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	}
 	select {
 	case <-run.done:
+		if run.result.Why != "" {
+			return run.result.OK(), drainWord(run.result.End) + ": " + run.result.Why
+		}
 		return run.result.OK(), drainWord(run.result.End)
 	case <-ctx.Done():
 		// The server ends the request's ctx when the supervisor stops (the
@@ -105,6 +108,16 @@ func drainWord(e drain.End) string {
 	return string(e)
 }
 
+// notTaken is why a proxy that its admin API says is ready is not, for
+// every reader: its first readiness is refused (a stop came first), or not
+// yet noted by the readiness actor.
+func (s *Supervisor) notTaken() string {
+	if why := s.life.neverReady(); why != "" {
+		return why
+	}
+	return "proxy ready, not yet noted"
+}
+
 // healthReady is what /healthz/ready answers: ready, and not draining or
 // stopping, since a pod on its way out must leave the endpoints.
 func (s *Supervisor) healthReady() (bool, string) {
@@ -117,6 +130,8 @@ func (s *Supervisor) healthReady() (bool, string) {
 		return false, "draining"
 	case !st.Ready:
 		return false, st.Reason
+	case !s.life.everReady():
+		return false, s.notTaken()
 	}
 	return true, ""
 }
@@ -149,17 +164,20 @@ func (s *Supervisor) hung() (bool, string) {
 
 // Status is GET /v1/status.
 type Status struct {
-	State     string                     `json:"state"`
-	ProxyPID  int                        `json:"proxy_pid"`
-	Ready     bool                       `json:"ready"`
-	Reason    string                     `json:"reason,omitempty"`
-	Draining  bool                       `json:"draining"`
-	Peers     map[string]completion.Peer `json:"peers"`
-	Pending   []string                   `json:"pending,omitempty"`
-	Awaiting  int                        `json:"awaiting"`
-	ExitCode  *int                       `json:"exit_code,omitempty"` // once fixed
-	DecidedBy string                     `json:"decided_by,omitempty"`
-	Uptime    float64                    `json:"uptime_seconds"`
+	State    string                     `json:"state"`
+	ProxyPID int                        `json:"proxy_pid"`
+	Ready    bool                       `json:"ready"`
+	Reason   string                     `json:"reason,omitempty"`
+	Draining bool                       `json:"draining"`
+	Peers    map[string]completion.Peer `json:"peers"`
+	Pending  []string                   `json:"pending,omitempty"`
+	Awaiting int                        `json:"awaiting"`
+	// RecordsError: peers/ no longer names the records directory the
+	// supervisor reads (completion.Book.Replaced).
+	RecordsError string  `json:"records_error,omitempty"`
+	ExitCode     *int    `json:"exit_code,omitempty"` // once fixed
+	DecidedBy    string  `json:"decided_by,omitempty"`
+	Uptime       float64 `json:"uptime_seconds"`
 }
 
 // Status returns the supervisor's state.
@@ -169,7 +187,7 @@ func (s *Supervisor) Status() any {
 	v := s.life.view()
 	out := Status{
 		State:    v.phase.String(),
-		Ready:    st.Ready,
+		Ready:    st.Ready && !v.readyAt.IsZero(),
 		Draining: v.draining,
 		Peers:    peers,
 		Pending:  verdict.Pending,
@@ -177,8 +195,14 @@ func (s *Supervisor) Status() any {
 		Uptime:   time.Since(s.start).Seconds(),
 		ProxyPID: s.proc.Pid(), // 0 until it is forked
 	}
-	if !st.Ready {
+	switch {
+	case !st.Ready:
 		out.Reason = st.Reason
+	case !out.Ready:
+		out.Reason = s.notTaken()
+	}
+	if err := s.book.Replaced(); err != nil {
+		out.RecordsError = err.Error()
 	}
 	if v.decided {
 		out.ExitCode, out.DecidedBy = &v.code, v.decidedBy

@@ -412,15 +412,17 @@ func (s *Supervisor) followReadiness(ctx context.Context, sock *control.Server) 
 // readinessChanged acts on one change. The first readiness is noted, and
 // the phase moved, before the socket's mark and before WaitReady answers
 // (announceReady): a client told the proxy is ready may send its preStop
-// or SIGTERM at once, and that must find it has been ready.
+// or SIGTERM at once, and that must find it has been ready. A first
+// readiness that comes once a stop is decided is refused by the lifecycle,
+// and then nothing follows the tracker: no mark, no count, no "ready".
 func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 	old, now := c.Old, c.Now
-	// Refused, and logged, when a drain or a stop came first.
 	first := now.Ready && s.life.becameReady(c.At, "admin API says "+now.Reason)
+	taken := s.life.everReady()
 	// The socket's mark says what /v1/ready would answer at once: only
 	// Ready, not the DRAINING of our own drain that WaitReady also takes,
 	// since a mark that is missing only costs a client its request.
-	sock.MarkReady(now.Ready)
+	sock.MarkReady(now.Ready && taken)
 	if first {
 		s.life.announceReady()
 	}
@@ -430,6 +432,12 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 		s.life.noteEnvoyDown(c.At)
 	}
 	if now.Ready == old.Ready {
+		return
+	}
+	if !taken {
+		if now.Ready {
+			s.log.Info("proxy ready after a stop was decided; not taken as ready", "reason", s.life.neverReady())
+		}
 		return
 	}
 	s.m.readyChanged(now.Ready)
