@@ -99,10 +99,15 @@ func waitURL(url string, timeout time.Duration) (bool, string) {
 	why := "no answer"
 	for ctx.Err() == nil {
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
-		why = r.Check(rctx)
+		got := r.Check(rctx)
 		rcancel()
-		if why == "" {
+		if got == "" {
 			return true, ""
+		}
+		// A try that the whole wait's deadline cut says less than the
+		// answer before it (a 503, a redirect, a refused port).
+		if ctx.Err() == nil || why == "no answer" {
+			why = got
 		}
 		select {
 		case <-ctx.Done():
