@@ -131,3 +131,33 @@ func (v EnvoyVersion) drainsOneDirection() bool { return v.atLeast(34) }
 // delays the stop by --drain-time-s, and skip_exit, with or without
 // graceful, never stops the listeners.
 func (v EnvoyVersion) nonGracefulDrains() bool { return v.atLeast(40) }
+
+// tcpProxyChecksDrain: tcp_proxy's check_drain_close came with envoy#44567
+// (merged May 2026, first in 1.39.0; "close downstream connections with
+// FlushWrite when the drain manager requests drain close during downstream
+// read or write handling"). It is off unless configured, and Istio sets it
+// nowhere (istio/istio master, August 2026). The decision is the drain
+// manager's for the listener's direction (inbound: inboundonly drains
+// count), taken when bytes pass in either direction: an idle tcp_proxy
+// connection is closed at its next byte, not before. 1.40's
+// use_connection_event_drain (changelogs/1.40.0.yaml, server: "Connection
+// drain-close decisions (HTTP connection manager, TCP proxy, ...) are now
+// derived from a drain event that is pushed to each connection when the
+// drain sequence starts") changes where the decision comes from, not when
+// tcp_proxy acts on it, and tcp_proxy already scoped inbound listeners to
+// inboundonly drains; the Mongo, Redis, Thrift and generic proxies it fixed
+// are not modelled. Its companion filter_chain_drain_uses_configured_strategy
+// concerns filter chains drained by an LDS update, which the fake never has.
+func (v EnvoyVersion) tcpProxyChecksDrain() bool { return v.atLeast(39) }
+
+// proactiveDrain: on Envoy's main after 1.40 (changelogs/current/
+// minor_behavior_changes/http__proactive_connection_drain.rst), "the HTTP
+// connection manager now proactively drains the connections of a draining
+// listener in the last third of the drain time, rather than only checking
+// the drain state when a response is sent", idle connections and upgraded
+// (WebSocket) or CONNECT streams included, so that they are not all closed
+// at the end; not when --drain-time-s leaves no room for it after the
+// connection manager's drain_timeout. It rides on use_connection_event_drain,
+// so it comes with every drain that tells connections, skip_exit or not.
+// Assumed of the release that follows 1.40 until one carries it.
+func (v EnvoyVersion) proactiveDrain() bool { return v.atLeast(41) || v == Next }
