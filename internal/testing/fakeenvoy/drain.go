@@ -25,7 +25,7 @@ func (e *Envoy) handleDrainListeners(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusBadRequest, "", "skip_exit requires graceful\n")
 		return
 	}
-	// envoy#35020, fixed by envoy#37873: the drain's direction.
+	// envoy#35020, fixed by envoy#38430: the drain's direction.
 	hintInboundOnly := inboundOnly && v.drainsOneDirection()
 	switch {
 	case graceful:
