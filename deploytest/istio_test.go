@@ -2,9 +2,11 @@ package deploytest
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -253,6 +255,13 @@ func TestIstioInjection(t *testing.T) {
 			if !slices.Equal(envNames(proxy.Env), envNames(istio.Env)) {
 				t.Errorf("istio-proxy env %q, want Istio's %q", envNames(proxy.Env), envNames(istio.Env))
 			}
+			// PROXY_CONFIG is Istio's but for Envoy's drain time
+			// (TestIstioDrainDuration).
+			ours, theirs := proxyConfig(t, proxy), proxyConfig(t, istio)
+			delete(ours, "drainDuration")
+			if !reflect.DeepEqual(ours, theirs) {
+				t.Errorf("PROXY_CONFIG %v, want Istio's %v", ours, theirs)
+			}
 			for _, v := range plain.Volumes {
 				if findVolume(spec.Volumes, v.Name) == nil {
 					t.Errorf("Istio's volume %s is gone", v.Name)
@@ -440,4 +449,54 @@ func mountOf(c *corev1.Container, volume string) *corev1.VolumeMount {
 
 func envNames(env []corev1.EnvVar) []string {
 	return namesOf(env, func(e *corev1.EnvVar) string { return e.Name })
+}
+
+// proxyConfig is a container's PROXY_CONFIG, pilot-agent's ProxyConfig.
+func proxyConfig(t *testing.T, c *corev1.Container) map[string]any {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Name == "PROXY_CONFIG" {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(e.Value), &m); err != nil {
+				t.Fatalf("%s PROXY_CONFIG %q: %v", c.Name, e.Value, err)
+			}
+			return m
+		}
+	}
+	t.Fatalf("%s has no PROXY_CONFIG", c.Name)
+	return nil
+}
+
+// Envoy's drain time (ProxyConfig's drainDuration, which pilot-agent passes
+// as --drain-time-s) keeps the app's long streams for the whole drain: at
+// least 1.5 times the drain's bound, the grace period less 10 s, or Istio's
+// own when longer (45 s by default). A shorter one in the pod's
+// proxy.istio.io/config still decides at run time (pilot-agent applies the
+// annotation over PROXY_CONFIG), and the supervisor warns about it.
+func TestIstioDrainDuration(t *testing.T) {
+	in := newInjector(t)
+	for _, tt := range []struct {
+		grace  int64
+		config string
+		want   string
+	}{
+		{30, "", "45s"},
+		{120, "", "165s"},
+		{120, `{"drainDuration": "200s"}`, "200s"},
+		{120, `{"drainDuration": "20s"}`, "165s"},
+	} {
+		var j batchv1.Job
+		if err := yaml.Unmarshal(meshJob(t, map[string]string{"proxy.istio.io/config": tt.config}), &j); err != nil {
+			t.Fatal(err)
+		}
+		j.Spec.Template.Spec.TerminationGracePeriodSeconds = &tt.grace
+		job, err := yaml.Marshal(&j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := find(mustInject(t, in, job).Containers, "istio-proxy")
+		if got := proxyConfig(t, proxy)["drainDuration"]; got != tt.want {
+			t.Errorf("grace %ds, proxy.istio.io/config %q: drainDuration %v, want %s", tt.grace, tt.config, got, tt.want)
+		}
+	}
 }

@@ -336,9 +336,11 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	// Without --drain-timeout, supervise derives the drain's bound from the
 	// grace period.
 	stop := p.duration(t, "stop-timeout", 5*time.Second)
-	if need := p.duration(t, "drain-timeout", grace-stop-graceMargin) + stop + graceMargin; need > grace {
+	bound := p.duration(t, "drain-timeout", grace-stop-graceMargin)
+	if need := bound + stop + graceMargin; need > grace {
 		t.Errorf("drain-timeout + stop-timeout + %v = %v does not fit the grace period %v", graceMargin, need, grace)
 	}
+	checkEnvoyDrainTime(t, p.c, bound)
 	// Native sidecars say so; classic ones start first and hold the app.
 	if _, native := p.flags["native-sidecar"]; native != p.native {
 		t.Errorf("--native-sidecar given: %v; the proxy is a native sidecar: %v", native, p.native)
@@ -615,4 +617,31 @@ func hostPort(t *testing.T, addr string) int {
 		t.Fatalf("address %q: %v %v", addr, err, err2)
 	}
 	return n
+}
+
+// checkEnvoyDrainTime: an Envoy run by the supervisor is given a
+// --drain-time-s of which 2/3 cover the drain's bound. From Envoy's release
+// after 1.40 the connection manager closes a draining listener's idle
+// connections and WebSocket or CONNECT streams in the last third of it,
+// skip_exit or not, while the supervisor still waits for the app.
+func checkEnvoyDrainTime(t *testing.T, c *corev1.Container, bound time.Duration) {
+	t.Helper()
+	line := append(slices.Clone(c.Command), c.Args...)
+	i := slices.Index(line, "--")
+	if i < 0 || i+1 >= len(line) || path.Base(line[i+1]) != "envoy" {
+		return
+	}
+	child := line[i+2:]
+	j := slices.Index(child, "--drain-time-s")
+	if j < 0 || j+1 >= len(child) {
+		t.Errorf("%s: envoy without --drain-time-s: its default (600 s) spreads a gradual drain's hints far past the drain's bound %v", c.Name, bound)
+		return
+	}
+	n, err := strconv.Atoi(child[j+1])
+	if err != nil {
+		t.Fatalf("%s: --drain-time-s %q", c.Name, child[j+1])
+	}
+	if d := time.Duration(n) * time.Second; d*2/3 < bound {
+		t.Errorf("%s: --drain-time-s %d: Envoy may close the app's long streams %v into the drain, before its bound %v", c.Name, n, d*2/3, bound)
+	}
 }

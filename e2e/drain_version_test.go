@@ -46,14 +46,20 @@ static_resources:
 // serveHTTP runs an HTTP server named name on addr inside the pod.
 func (p *pod) serveHTTP(addr, name string) net.Listener {
 	p.t.Helper()
+	return p.serve(addr, name, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, name)
+	}))
+}
+
+// serve runs h, the app named name, on addr inside the pod.
+func (p *pod) serve(addr, name string, h http.Handler) net.Listener {
+	p.t.Helper()
 	var ln net.Listener
 	if err := p.netns.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		p.t.Fatalf("%s listen %s: %v", name, addr, err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		io.WriteString(w, name)
-	})}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	p.t.Cleanup(func() { srv.Close() })
 	return ln
@@ -68,12 +74,19 @@ type keepAlive struct {
 
 func (p *pod) keepAlive(t *testing.T, addr string) *keepAlive {
 	t.Helper()
+	c := p.dial(t, addr)
+	return &keepAlive{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+// dial connects to addr inside the pod, closed when t ends.
+func (p *pod) dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
 	c, err := p.netns.Dial(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &keepAlive{t: t, c: c, br: bufio.NewReader(c)}
+	return c
 }
 
 // get sends a request and returns the body and whether the answer said

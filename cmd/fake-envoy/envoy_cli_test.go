@@ -262,9 +262,11 @@ func (p *proc) listener(name string) string {
 // --fake-version picks the release: --version and /server_info say it.
 func TestFakeVersion(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(build(t), "--version", "--fake-version", "1.31.4").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "/1.31.4/Clean/RELEASE/BoringSSL") {
-		t.Errorf("--version: %v:\n%s", err, out)
+	for v, want := range map[string]string{"1.31.4": "/1.31.4/", "next": "/1.41.0-dev/", "1.34.0-dev": "/1.34.0-dev/"} {
+		out, err := exec.Command(build(t), "--version", "--fake-version", v).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want+"Clean/RELEASE/BoringSSL") {
+			t.Errorf("--version --fake-version %s: %v:\n%s", v, err, out)
+		}
 	}
 	if code, out := validate(t, "--fake-version", "2.0"); code != 1 || !strings.Contains(out, "want 1.MINOR") {
 		t.Errorf("--fake-version 2.0: exit %d:\n%s", code, out)

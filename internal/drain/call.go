@@ -1,7 +1,10 @@
 package drain
 
 import (
+	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 )
@@ -39,17 +42,19 @@ func (c Call) String() string {
 // version could not be read), draining only inbound listeners (a sidecar)
 // or every listener. What each flag does on which release is
 // fakeenvoy.EnvoyVersion's, each change cited there: skip_exit exists from
-// 1.29 (envoy#30003); a graceful drain tells only the inbound listeners'
-// connections from 1.34 (envoy#37873), every listener's before
+// 1.28.0 (envoy#30003); a graceful drain tells only the inbound listeners'
+// connections from 1.34.0 (envoy#38430), every listener's before
 // (envoy#35020); from 1.40 a drain without graceful tells them too
-// (envoy#47042), which changes nothing for the calls below.
+// (envoy#47042), which changes nothing for the calls below. A main-branch
+// X.Y.0-dev build is taken for one that has none of X.Y.0's changes
+// (Version.AtLeast): a 1.34.0-dev build may predate envoy#38430.
 func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
 	if !inboundOnly {
 		// Every listener drains, so no connection is the app's to keep.
-		if known && !v.AtLeast(1, 29) {
+		if known && !v.AtLeast(1, 28) {
 			return Call{Flags: []string{"graceful"}, GivesUp: []string{AimInboundAccepting, AimNoStop}}
 		}
-		// An unknown release older than 1.29 ignores skip_exit and stops
+		// An unknown release older than 1.28 ignores skip_exit and stops
 		// its listeners after --drain-time-s: no worse than the above.
 		return Call{Flags: []string{"graceful", "skip_exit"}}
 	}
@@ -62,4 +67,35 @@ func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
 	// at once. No call keeps three aims of four, and an unreadable version
 	// gets the same: nothing that could touch the app's outbound traffic.
 	return Call{GivesUp: []string{AimInboundHinted}}
+}
+
+// nextMinor is the release after 1.40, whose HTTP connection manager drains
+// a draining listener's connections proactively in the last third of
+// --drain-time-s (changelogs/current/minor_behavior_changes/
+// http__proactive_connection_drain.rst on Envoy's main): idle ones, and
+// upgraded (WebSocket) or CONNECT streams, even under skip_exit. Until a
+// release carries it, 1.41 and main's 1.41.0-dev are assumed to.
+const nextMinor = 41
+
+// DrainTimeRisk says what Envoy's --drain-time-s d costs a drain bounded by
+// bound on release v with call c ("" when nothing): Envoy's drain clock and
+// the supervisor's are separate, and whatever Envoy does at its own times
+// happens while the supervisor still waits for the app.
+func DrainTimeRisk(v envoy.Version, c Call, d, bound time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	if v.MayHave(1, nextMinor) {
+		if cut := d * 2 / 3; cut < bound {
+			return fmt.Sprintf("from %v into the drain (2/3 of --drain-time-s) Envoy may close idle connections and WebSocket or CONNECT streams into the app while the supervisor waits up to %v for it", cut, bound)
+		}
+		return ""
+	}
+	if d >= bound {
+		return ""
+	}
+	if c.Flags != nil && !slices.Contains(c.Flags, "skip_exit") {
+		return fmt.Sprintf("Envoy stops its listeners %v into the drain, before its bound %v", d, bound)
+	}
+	return fmt.Sprintf("nothing on %v, but from Envoy's next release idle connections and WebSocket or CONNECT streams into the app are closed from 2/3 of --drain-time-s, before the drain's bound %v", v, bound)
 }

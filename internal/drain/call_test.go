@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,19 +22,25 @@ func TestChooseCall(t *testing.T) {
 		call    string
 		givesUp []string
 	}{
-		// envoy#37873: from 1.34 the sidecar's call meets every aim.
+		// envoy#38430: from 1.34.0 the sidecar's call meets every aim.
 		{"sidecar 1.34", v(34), true, true, "/drain_listeners?graceful&inboundonly&skip_exit", nil},
 		{"sidecar 1.40", v(40), true, true, "/drain_listeners?graceful&inboundonly&skip_exit", nil},
 		{"sidecar 2.0", envoy.Version{Major: 2}, true, true, "/drain_listeners?graceful&inboundonly&skip_exit", nil},
+		// Istio's proxies between patches, and main after 1.34.0.
+		{"sidecar 1.34.2-dev", envoy.Version{Major: 1, Minor: 34, Patch: 2}, true, true, "/drain_listeners?graceful&inboundonly&skip_exit", nil},
+		{"sidecar 1.35.0-dev", envoy.Version{Major: 1, Minor: 35, Dev: true}, true, true, "/drain_listeners?graceful&inboundonly&skip_exit", nil},
 		// envoy#35020: before, any hint reaches the app's outbound
-		// connections, so none is given.
+		// connections, so none is given; main's 1.34.0-dev may predate
+		// envoy#38430.
+		{"sidecar 1.34.0-dev", envoy.Version{Major: 1, Minor: 34, Dev: true}, true, true, "none", []string{AimInboundHinted}},
 		{"sidecar 1.33", v(33), true, true, "none", []string{AimInboundHinted}},
-		{"sidecar 1.28", v(28), true, true, "none", []string{AimInboundHinted}},
+		{"sidecar 1.27", v(27), true, true, "none", []string{AimInboundHinted}},
 		{"sidecar unknown", envoy.Version{}, false, true, "none", []string{AimInboundHinted}},
-		// Every listener: skip_exit from 1.29 (envoy#30003).
-		{"all 1.29", v(29), true, false, "/drain_listeners?graceful&skip_exit", nil},
+		// Every listener: skip_exit from 1.28.0 (envoy#30003).
+		{"all 1.28", v(28), true, false, "/drain_listeners?graceful&skip_exit", nil},
 		{"all unknown", envoy.Version{}, false, false, "/drain_listeners?graceful&skip_exit", nil},
-		{"all 1.28", v(28), true, false, "/drain_listeners?graceful", []string{AimInboundAccepting, AimNoStop}},
+		{"all 1.28.0-dev", envoy.Version{Major: 1, Minor: 28, Dev: true}, true, false, "/drain_listeners?graceful", []string{AimInboundAccepting, AimNoStop}},
+		{"all 1.27", v(27), true, false, "/drain_listeners?graceful", []string{AimInboundAccepting, AimNoStop}},
 	} {
 		c := ChooseCall(tt.v, tt.known, tt.inbound)
 		if c.String() != tt.call || !slices.Equal(c.GivesUp, tt.givesUp) {
@@ -101,5 +108,35 @@ func TestDrainAsksTheReleaseAgain(t *testing.T) {
 	clock.advance(t, cfg.Min+DefaultQuiet)
 	if r := within(t, done, 5*time.Second); r.End != Drained {
 		t.Errorf("end %q, want drained", r.End)
+	}
+}
+
+// What Envoy's own --drain-time-s costs a drain bounded at 20s, by release.
+func TestDrainTimeRisk(t *testing.T) {
+	t.Parallel()
+	const bound = 20 * time.Second
+	sidecar := func(v envoy.Version) Call { return ChooseCall(v, true, true) }
+	next := envoy.Version{Major: 1, Minor: 41, Dev: true}
+	v := func(minor int) envoy.Version { return envoy.Version{Major: 1, Minor: minor} }
+	for _, tt := range []struct {
+		name string
+		v    envoy.Version
+		call Call
+		d    time.Duration
+		want string // a word of the effect; "" for none
+	}{
+		{"1.40, long enough", v(40), sidecar(v(40)), 20 * time.Second, ""},
+		{"1.40, short", v(40), sidecar(v(40)), 5 * time.Second, "next release"},
+		{"1.40, not reported", v(40), sidecar(v(40)), 0, ""},
+		{"edge 1.27, short", v(27), ChooseCall(v(27), true, false), 5 * time.Second, "stops its listeners"},
+		// Next: long streams are cut from 2/3 of the drain time.
+		{"next, 30s", next, sidecar(next), 30 * time.Second, ""},
+		{"next, 29s", next, sidecar(next), 29 * time.Second, "WebSocket"},
+		{"1.41, 20s", v(41), sidecar(v(41)), 20 * time.Second, "WebSocket"},
+	} {
+		got := DrainTimeRisk(tt.v, tt.call, tt.d, bound)
+		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("%s: %q; want one saying %q", tt.name, got, tt.want)
+		}
 	}
 }

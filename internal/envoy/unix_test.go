@@ -42,8 +42,8 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	}
 	proctest.Eventually(t, 5*time.Second, "the admin API bound", func() bool { b, _ := a.Bound(ctx); return b })
 	proctest.Eventually(t, 5*time.Second, "LIVE over the socket", func() bool { _, ready, _ := a.ServerState(ctx); return ready })
-	if v, err := a.ServerVersion(ctx); err != nil || v != (Version{1, 37, 2}) {
-		t.Errorf("ServerVersion %v, %v", v, err)
+	if info, err := a.ServerInfo(ctx); err != nil || info.Version != (Version{Major: 1, Minor: 37, Patch: 2}) {
+		t.Errorf("ServerInfo %+v, %v", info, err)
 	}
 	if ports, err := a.ListenerPorts(ctx); err != nil || len(ports) != 1 || ports[0] != e.ListenerAddrs()[0].Port() {
 		t.Errorf("ListenerPorts %v, %v", ports, err)

@@ -8,20 +8,32 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
 )
 
-func TestServerVersion(t *testing.T) {
+func TestServerInfo(t *testing.T) {
 	t.Parallel()
-	for _, want := range []Version{{1, 28, 0}, {1, 31, 4}, {1, 40, 1}} {
-		e, a := startEnvoy(t, fakeenvoy.Options{Version: fakeenvoy.EnvoyVersion{Major: want.Major, Minor: want.Minor, Patch: want.Patch}})
+	for _, tt := range []struct {
+		fake fakeenvoy.EnvoyVersion
+		want Version
+	}{
+		{fakeenvoy.EnvoyVersion{Major: 1, Minor: 28}, Version{Major: 1, Minor: 28}},
+		{fakeenvoy.EnvoyVersion{Major: 1, Minor: 31, Patch: 4}, Version{Major: 1, Minor: 31, Patch: 4}},
+		// Both report user_agent_build_version 1.34.0; only the build
+		// string tells main's build from the release.
+		{fakeenvoy.EnvoyVersion{Major: 1, Minor: 34, Dev: true}, Version{Major: 1, Minor: 34, Dev: true}},
+		// Istio's proxies: a release branch between patches.
+		{fakeenvoy.EnvoyVersion{Major: 1, Minor: 36, Patch: 10, Dev: true}, Version{Major: 1, Minor: 36, Patch: 10}},
+		{fakeenvoy.Next, Version{Major: 1, Minor: 41, Dev: true}},
+	} {
+		e, a := startEnvoy(t, fakeenvoy.Options{Version: tt.fake, DrainTime: 45 * time.Second})
 		select {
 		case <-e.Bound():
 		case <-time.After(10 * time.Second):
 			t.Fatal("the fake's admin API is not bound after 10s")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		got, err := a.ServerVersion(ctx)
+		got, err := a.ServerInfo(ctx)
 		cancel()
-		if err != nil || got != want {
-			t.Errorf("ServerVersion = %v, %v; want %v", got, err, want)
+		if err != nil || got != (ServerInfo{tt.want, 45 * time.Second}) {
+			t.Errorf("%v: ServerInfo = %+v, %v; want %v and 45s", tt.fake, got, err, tt.want)
 		}
 	}
 }
@@ -29,19 +41,50 @@ func TestServerVersion(t *testing.T) {
 func TestParseServerInfo(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		body string
-		want Version
-		ok   bool
+		body  string
+		want  Version
+		drain time.Duration
+		ok    bool
 	}{
-		{`{"version": "abc/1.33.2/Clean/RELEASE/BoringSSL"}`, Version{1, 33, 2}, true},
-		{`{"version": "abc/1.41.0-dev/Modified/DEBUG/BoringSSL"}`, Version{1, 41, 0}, true},
-		{`{"version": "x", "node": {"user_agent_build_version": {"version": {"major_number": 1, "minor_number": 36}}}}`, Version{1, 36, 0}, true},
-		{`{"version": "custom-build"}`, Version{}, false},
-		{`not json`, Version{}, false},
+		{`{"version": "abc/1.33.2/Clean/RELEASE/BoringSSL"}`, Version{Major: 1, Minor: 33, Patch: 2}, 0, true},
+		{`{"version": "abc/1.41.0-dev/Modified/DEBUG/BoringSSL"}`, Version{Major: 1, Minor: 41, Dev: true}, 0, true},
+		{`{"version": "abc/1.39.1-dev/Clean/RELEASE/BoringSSL"}`, Version{Major: 1, Minor: 39, Patch: 1}, 0, true},
+		{`{"version": "abc/1.38.0-contrib/Clean/RELEASE/BoringSSL"}`, Version{Major: 1, Minor: 38}, 0, true},
+		{`{"version": "abc/1.40.0-dev-contrib/Clean/RELEASE/BoringSSL"}`, Version{Major: 1, Minor: 40, Dev: true}, 0, true},
+		{`{"version": "x", "node": {"user_agent_build_version": {"version": {"major_number": 1, "minor_number": 36}}}}`, Version{Major: 1, Minor: 36}, 0, true},
+		{`{"version": "abc/1.34.0-dev/Clean/RELEASE/BoringSSL", "node": {"user_agent_build_version": {"version": {"major_number": 1, "minor_number": 34}}}}`, Version{Major: 1, Minor: 34, Dev: true}, 0, true},
+		{`{"version": "abc/1.37.2/Clean/RELEASE/BoringSSL", "command_line_options": {"drain_time": "45s"}}`, Version{Major: 1, Minor: 37, Patch: 2}, 45 * time.Second, true},
+		{`{"version": "abc/1.37.2/Clean/RELEASE/BoringSSL", "command_line_options": {"drain_time": "0.500s"}}`, Version{Major: 1, Minor: 37, Patch: 2}, 500 * time.Millisecond, true},
+		{`{"version": "abc/1.37.2/Clean/RELEASE/BoringSSL", "command_line_options": {"drain_time": "soon"}}`, Version{Major: 1, Minor: 37, Patch: 2}, 0, true},
+		{`{"version": "custom-build"}`, Version{}, 0, false},
+		{`not json`, Version{}, 0, false},
 	} {
 		got, err := parseServerInfo([]byte(tt.body))
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("%s: %v, %v; want %v (ok %v)", tt.body, got, err, tt.want, tt.ok)
+		if (err == nil) != tt.ok || got.Version != tt.want || got.DrainTime != tt.drain {
+			t.Errorf("%s: %+v, %v; want %v, %v (ok %v)", tt.body, got, err, tt.want, tt.drain, tt.ok)
+		}
+	}
+}
+
+// A main-branch X.Y.0-dev build may lack what shipped in X.Y.0, and may
+// carry it: AtLeast says the first, MayHave the second.
+func TestVersionOrder(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		v                Version
+		atLeast, mayHave bool
+	}{
+		{Version{Major: 1, Minor: 34}, true, true},
+		{Version{Major: 1, Minor: 34, Dev: true}, false, true},
+		{Version{Major: 1, Minor: 35, Dev: true}, true, true},
+		{Version{Major: 1, Minor: 33, Patch: 9}, false, false},
+		{Version{Major: 2}, true, true},
+	} {
+		if got := tt.v.AtLeast(1, 34); got != tt.atLeast {
+			t.Errorf("%v.AtLeast(1, 34) = %v", tt.v, got)
+		}
+		if got := tt.v.MayHave(1, 34); got != tt.mayHave {
+			t.Errorf("%v.MayHave(1, 34) = %v", tt.v, got)
 		}
 	}
 }

@@ -198,7 +198,8 @@ func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 	if c := s.drainCall.Load(); c != nil {
 		return *c, true
 	}
-	v, err := s.cfg.Admin.ServerVersion(ctx)
+	info, err := s.cfg.Admin.ServerInfo(ctx)
+	v := info.Version
 	if err != nil {
 		return drain.ChooseCall(v, false, s.cfg.DrainInboundOnly), false
 	}
@@ -211,6 +212,9 @@ func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 		s.log.Info("drain call chosen", attrs...)
 	} else {
 		s.log.Warn("drain call chosen; this Envoy cannot give every aim of a drain", append(attrs, "gives_up", strings.Join(call.GivesUp, "; "))...)
+	}
+	if risk := drain.DrainTimeRisk(v, call, info.DrainTime, s.cfg.DrainTimeout); risk != "" {
+		s.log.Warn("Envoy's --drain-time-s is short for the drain's bound", "envoy", v.String(), "drain_time", info.DrainTime, "drain_timeout", s.cfg.DrainTimeout, "effect", risk)
 	}
 	return call, true
 }

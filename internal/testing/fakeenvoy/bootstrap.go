@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Bootstrap is what the fake takes from an Envoy bootstrap config (-c and
@@ -157,10 +158,15 @@ type filterDoc struct {
 // networkFilter is the typed_config of the two network filters the fake
 // runs: the HTTP connection manager and tcp_proxy.
 type networkFilter struct {
-	Type        string `json:"@type"`
-	StatPrefix  string `json:"stat_prefix"`
-	Cluster     string `json:"cluster"` // tcp_proxy
-	RouteConfig struct {
+	Type       string `json:"@type"`
+	StatPrefix string `json:"stat_prefix"`
+	Cluster    string `json:"cluster"` // tcp_proxy
+	// tcp_proxy's check_drain_close (google.protobuf.BoolValue, plain true
+	// in JSON).
+	CheckDrainClose bool `json:"check_drain_close"`
+	// The HTTP connection manager's drain_timeout, a proto JSON duration.
+	DrainTimeout string `json:"drain_timeout"`
+	RouteConfig  struct {
 		VirtualHosts []struct {
 			Routes []struct {
 				Match struct {
@@ -293,12 +299,20 @@ func (ld listenerDoc) listener(clusters map[string]clusterDoc) (Listener, error)
 	case f.Name == "envoy.filters.network.tcp_proxy" || strings.HasSuffix(nf.Type, ".TcpProxy"):
 		l.TCP = true
 		l.StatPrefix = nf.StatPrefix
+		l.CheckDrainClose = nf.CheckDrainClose
 		l.Upstream = clusters[nf.Cluster].endpoint()
 		if l.Upstream == "" {
 			l.Upstream = unreachable
 		}
 	case f.Name == "envoy.filters.network.http_connection_manager" || strings.HasSuffix(nf.Type, ".HttpConnectionManager"):
 		l.StatPrefix = nf.StatPrefix
+		if nf.DrainTimeout != "" {
+			d, err := time.ParseDuration(nf.DrainTimeout)
+			if err != nil || d < 0 {
+				return Listener{}, fmt.Errorf("drain_timeout %q: want a duration such as 5s", nf.DrainTimeout)
+			}
+			l.DrainTimeout = d
+		}
 		l.Routes = []Route{}
 		for _, vh := range nf.RouteConfig.VirtualHosts {
 			for _, rd := range vh.Routes {

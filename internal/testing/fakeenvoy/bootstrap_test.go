@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseYAML(t *testing.T) {
@@ -90,7 +91,15 @@ func TestParseBootstrap(t *testing.T) {
 	if err != nil || b.AdminPipe != "/run/admin.sock" || len(b.Listeners) != 3 {
 		t.Errorf("merged: %+v, %v", b, err)
 	}
+	// tcp_proxy's check_drain_close and the connection manager's drain_timeout.
+	b, err = ParseBootstrap(nil, false, `static_resources: {listeners: [
+  {name: t, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy, typed_config: {stat_prefix: t, check_drain_close: true}}]}]},
+  {name: h, address: {socket_address: {address: 127.0.0.1, port_value: 2}}, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {stat_prefix: h, drain_timeout: 0.25s}}]}]}]}`)
+	if err != nil || !b.Listeners[0].CheckDrainClose || b.Listeners[1].DrainTimeout != 250*time.Millisecond {
+		t.Errorf("drain settings: %+v, %v", b, err)
+	}
 	for _, bad := range []string{
+		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {drain_timeout: soon}}]}]}]}",
 		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, traffic_direction: SIDEWAYS, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy}]}]}]}",
 		"static_resources: {listeners: [{name: x, address: {socket_address: {address: localhost, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy}]}]}]}",
 		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.redis_proxy}]}]}]}",

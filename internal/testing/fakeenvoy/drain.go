@@ -25,7 +25,7 @@ func (e *Envoy) handleDrainListeners(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusBadRequest, "", "skip_exit requires graceful\n")
 		return
 	}
-	// envoy#35020, fixed by envoy#37873: the drain's direction.
+	// envoy#35020, fixed by envoy#38430: the drain's direction.
 	hintInboundOnly := inboundOnly && v.drainsOneDirection()
 	switch {
 	case graceful:
@@ -60,9 +60,9 @@ func (e *Envoy) drainGracefully(hintInboundOnly, stopInboundOnly, skipExit bool)
 }
 
 // startDrain starts the drain sequence on the listeners of a direction: from
-// now on their HTTP connections are told to close (TCP proxies never act on
-// it). It reports false when a drain covering the direction is under way
-// already.
+// now on their connections are told to close, as far as the release and the
+// listener's filter tell them (noticeDrain). It reports false when a drain
+// covering the direction is under way already.
 func (e *Envoy) startDrain(inboundOnly bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -80,11 +80,8 @@ func (e *Envoy) startDrain(inboundOnly bool) bool {
 			continue
 		}
 		l.drainStart = now
-		if l.cfg.TCP {
-			continue
-		}
 		for c := range l.conns {
-			l.scheduleDrain(c)
+			l.noticeDrain(c)
 		}
 	}
 	return true
@@ -99,11 +96,56 @@ func (e *Envoy) stopListeners(inboundOnly bool) {
 	}
 }
 
-// scheduleDrain gives an HTTP connection the moment from which the drain tells it to
+// noticeDrain is what a drain does to one connection of a listener it
+// covers, on the chosen release. Called with e.mu held.
+func (l *dataListener) noticeDrain(c *dataConn) {
+	v := l.e.opts.Version
+	if l.cfg.TCP && !l.checksDrain() {
+		return // tcp_proxy: told nothing
+	}
+	l.scheduleDrain(c)
+	if !l.cfg.TCP && v.proactiveDrain() {
+		l.scheduleProactive(c)
+	}
+}
+
+// checksDrain is whether a tcp_proxy listener's connections act on a drain
+// (EnvoyVersion.tcpProxyChecksDrain).
+func (l *dataListener) checksDrain() bool {
+	return l.cfg.CheckDrainClose && l.e.opts.Version.tcpProxyChecksDrain()
+}
+
+// hcmDrainTimeout is the HTTP connection manager's drain_timeout default.
+const hcmDrainTimeout = 5 * time.Second
+
+// scheduleProactive is the next release's proactive drain of an HTTP
+// connection (EnvoyVersion.proactiveDrain): at a moment drawn uniformly in
+// the last third of the drain time, short of the connection manager's
+// drain_timeout at its end, the connection is drained whatever it is doing
+// (drainNow). There is none when that window is empty, or had opened already
+// when the connection was told of the drain. Called with e.mu held.
+func (l *dataListener) scheduleProactive(c *dataConn) {
+	e := l.e
+	d := e.opts.DrainTime
+	timeout := l.cfg.DrainTimeout
+	if timeout == 0 {
+		timeout = hcmDrainTimeout
+	}
+	from, to := l.drainStart.Add(d*2/3), l.drainStart.Add(d-timeout)
+	now := time.Now()
+	if !to.After(from) || now.After(from) {
+		return
+	}
+	due := from.Add(rand.N(to.Sub(from)))
+	e.timers = append(e.timers, time.AfterFunc(due.Sub(now), func() { l.drainNow(c) }))
+}
+
+// scheduleDrain gives a connection the moment from which the drain tells it to
 // close. Under "immediate" that is the drain's start. Under "gradual" Envoy tells a
 // growing share of responses to close as the drain time passes; a moment drawn
 // uniformly over the drain time gives the same share. Nothing happens at that moment:
-// the connection's next response carries "connection: close". Called with e.mu held.
+// the connection's next response carries "connection: close", and a tcp_proxy one
+// closes at its next bytes (serveTCP). Called with e.mu held.
 func (l *dataListener) scheduleDrain(c *dataConn) {
 	due := l.drainStart
 	if d := l.e.opts.DrainTime; l.e.opts.DrainStrategy == "gradual" && d > 0 {

@@ -60,11 +60,19 @@ func ParseState(name string) (State, error) {
 
 // Listener is one data-plane listener.
 type Listener struct {
-	Name       string // e.g. "virtualInbound"; default "listener_<index>"
-	Addr       string // "IP:port"; port 0 picks a free one at Start
-	Inbound    bool   // traffic_direction: INBOUND (matters for inboundonly)
-	TCP        bool   // plain tcp_proxy: ignores drains, connections stay until the peer closes; else an HTTP connection manager
-	StatPrefix string // for the http.<prefix>.downstream_cx_active duplicate of HTTP listeners; default derived from Name
+	Name    string // e.g. "virtualInbound"; default "listener_<index>"
+	Addr    string // "IP:port"; port 0 picks a free one at Start
+	Inbound bool   // traffic_direction: INBOUND (matters for inboundonly)
+	TCP     bool   // plain tcp_proxy; else an HTTP connection manager
+	// CheckDrainClose is tcp_proxy's check_drain_close (EnvoyVersion's
+	// tcpProxyChecksDrain): without it, or before 1.39, a drain tells a
+	// tcp_proxy connection nothing, and it stays until a peer closes it.
+	CheckDrainClose bool
+	// DrainTimeout is the HTTP connection manager's drain_timeout, 5s when
+	// zero, as in Envoy: the room the next release's proactive drain leaves
+	// at the end of --drain-time-s (proactiveDrain).
+	DrainTimeout time.Duration
+	StatPrefix   string // for the http.<prefix>.downstream_cx_active duplicate of HTTP listeners; default derived from Name
 
 	// Routes is an HTTP listener's route table, from a bootstrap's
 	// route_config: a request goes to the first route that matches its

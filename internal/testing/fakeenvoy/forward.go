@@ -67,12 +67,16 @@ func (l *dataListener) serveHTTP(c *dataConn) {
 	// Go's graceful shutdown of an HTTP/2 connection is Envoy's drain
 	// sequence for it: a GOAWAY, the streams under way finish, then the
 	// connection closes.
-	c.goAway = sync.OnceFunc(func() {
+	goAway := sync.OnceFunc(func() {
 		go srv.Shutdown(context.Background()) // ends when the connection does
 	})
+	l.e.mu.Lock()
+	c.goAway = goAway
+	l.e.mu.Unlock()
 	ln := &oneConnListener{conn: c.nc, addr: c.nc.LocalAddr(), closed: make(chan struct{})}
 	go srv.Serve(ln)
 	<-closed
+	c.streams.Wait() // an upgraded stream goes on after the hijack
 	ln.Close()
 }
 
@@ -87,6 +91,11 @@ func (l *dataListener) serveRequest(c *dataConn, w http.ResponseWriter, r *http.
 	l.e.stats.counter(scope + ".downstream_rq_total").add(1)
 	active.add(1)
 	defer active.add(-1)
+	c.requests.Add(1)
+	defer c.requests.Add(-1)
+	if r.ProtoMajor >= 2 {
+		c.h2.Store(true)
+	}
 	if l.cfg.Routes == nil {
 		io.Copy(io.Discard, r.Body)
 		l.respond(c, w, r, http.StatusOK, fmt.Sprintf("fake-envoy listener %s\n", l.cfg.Name))
@@ -109,6 +118,8 @@ func (l *dataListener) serveRequest(c *dataConn, w http.ResponseWriter, r *http.
 	case rt.Upstream == "":
 		io.Copy(io.Discard, r.Body)
 		l.respond(c, w, r, http.StatusServiceUnavailable, "no healthy upstream")
+	case r.ProtoMajor == 1 && r.Header.Get("Upgrade") != "":
+		l.forwardUpgrade(c, w, r, rt)
 	default:
 		l.forward(c, w, r, rt)
 	}
@@ -150,16 +161,30 @@ func (l *dataListener) forward(c *dataConn, w http.ResponseWriter, r *http.Reque
 	if rt.H2 {
 		t = l.e.up.h2
 	}
-	resp, err := t.RoundTrip(out)
-	if err != nil {
-		if r.Context().Err() != nil {
-			return // the downstream went away
-		}
-		l.respond(c, w, r, http.StatusServiceUnavailable,
-			"upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+	resp, ok := l.roundTrip(c, w, r, t, out)
+	if !ok {
 		return
 	}
 	defer resp.Body.Close()
+	l.relay(c, w, r, resp)
+}
+
+// roundTrip sends a request upstream; when that fails, the client gets
+// Envoy's 503 unless it went away.
+func (l *dataListener) roundTrip(c *dataConn, w http.ResponseWriter, r *http.Request, t http.RoundTripper, out *http.Request) (*http.Response, bool) {
+	resp, err := t.RoundTrip(out)
+	if err != nil {
+		if r.Context().Err() == nil {
+			l.respond(c, w, r, http.StatusServiceUnavailable,
+				"upstream connect error or disconnect/reset before headers. reset reason: connection failure")
+		}
+		return nil, false
+	}
+	return resp, true
+}
+
+// relay streams an upstream's response to the client.
+func (l *dataListener) relay(c *dataConn, w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Set("Server", "envoy")
 	l.hintDrain(c, w, r)
@@ -189,11 +214,10 @@ func (l *dataListener) forward(c *dataConn, w http.ResponseWriter, r *http.Reque
 // response's headers go out: on a draining listener, an HTTP/1 response
 // carries "connection: close" and the connection closes after it; an HTTP/2
 // connection gets a GOAWAY, its streams under way finish, and it closes.
-// Nothing else tells a connection: an idle keep-alive stays open, counted in
-// downstream_cx_active, until its client sends again or closes it. (Envoy's
-// changelogs/current has the connection manager also close idle connections
-// in the last third of --drain-time-s, under the runtime guard
-// use_connection_event_drain; no release here is modelled with it.)
+// Up to 1.40 nothing else tells a connection: an idle keep-alive stays open,
+// counted in downstream_cx_active, until its client sends again or closes
+// it, and an upgraded stream, which no response follows, until a peer ends
+// it. The next release drains those too (EnvoyVersion.proactiveDrain).
 func (l *dataListener) hintDrain(c *dataConn, w http.ResponseWriter, r *http.Request) {
 	if !l.drainCloseDue(c) {
 		return
@@ -218,13 +242,64 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
+// forwardUpgrade proxies an HTTP/1.1 upgrade, such as a WebSocket: the
+// upstream's 101 goes back, and from then on the stream is bytes both ways
+// until either side ends it.
+func (l *dataListener) forwardUpgrade(c *dataConn, w http.ResponseWriter, r *http.Request, rt *Route) {
+	out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, "http://"+rt.Upstream+r.URL.RequestURI(), http.NoBody)
+	if err != nil {
+		l.respond(c, w, r, http.StatusBadRequest, "")
+		return
+	}
+	copyHeader(out.Header, r.Header)
+	out.Header.Set("Connection", "Upgrade")
+	out.Header.Set("Upgrade", r.Header.Get("Upgrade"))
+	out.Host = r.Host
+	resp, ok := l.roundTrip(c, w, r, l.e.up.h1, out)
+	if !ok {
+		return
+	}
+	defer resp.Body.Close()
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
+		l.relay(c, w, r, resp)
+		return
+	}
+	c.streams.Add(1) // before the hijack lets serveHTTP return
+	defer c.streams.Done()
+	nc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	c.upgraded.Store(true)
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Set("Server", "envoy")
+	resp.Header.Write(brw)
+	brw.WriteString("\r\n")
+	if brw.Flush() != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		io.Copy(up, brw) // what the client sent, buffered or not
+		up.Close()
+		nc.Close()
+		close(done)
+	}()
+	io.Copy(nc, up)
+	up.Close()
+	nc.Close()
+	<-done
+}
+
 // serveTCP is tcp_proxy: the connection is joined to one to the upstream,
-// or echoed when the listener has none. It never looks at a drain: the
-// connection lasts until one of its peers closes it.
+// or echoed when the listener has none. It lasts until one of its peers
+// closes it, or, where tcp_proxy acts on drains (checksDrain), until bytes
+// pass once a drain has told it to close.
 func (l *dataListener) serveTCP(c *dataConn) {
 	switch l.cfg.Upstream {
 	case "":
-		io.Copy(c.nc, c.nc)
+		l.pipe(c, c.nc, c.nc)
 		return
 	case unreachable:
 		return
@@ -235,15 +310,43 @@ func (l *dataListener) serveTCP(c *dataConn) {
 	}
 	done := make(chan struct{})
 	go func() {
-		io.Copy(up, c.nc)
+		l.pipe(c, up, c.nc)
 		up.Close()
 		c.nc.Close()
 		close(done)
 	}()
-	io.Copy(c.nc, up)
+	l.pipe(c, c.nc, up)
 	up.Close()
 	c.nc.Close()
 	<-done
+}
+
+// pipe copies one direction of a tcp_proxy connection. Where tcp_proxy acts
+// on drains, it asks after each chunk written, in either direction, and
+// closes the downstream once the drain says so, the chunk flushed first
+// (envoy#44567: FlushWrite).
+func (l *dataListener) pipe(c *dataConn, dst io.Writer, src io.Reader) {
+	if !l.checksDrain() {
+		io.Copy(dst, src)
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			if l.drainCloseDue(c) {
+				l.e.stats.counter("tcp." + l.cfg.StatPrefix + ".downstream_cx_drain_close").add(1)
+				c.nc.Close()
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // oneConnListener hands a server one connection, then waits until closed.

@@ -117,8 +117,32 @@ type dataConn struct {
 
 	due time.Time // when a drain tells this connection to close; guarded by l.e.mu
 
-	goAway func()    // HTTP/2: starts the GOAWAY sequence, once
+	goAway func()    // HTTP/2: starts the GOAWAY sequence, once; set under l.e.mu
 	hinted sync.Once // counts downstream_cx_drain_close once
+
+	// What the next release's proactive drain looks at (drainNow).
+	requests atomic.Int32   // HTTP requests under way
+	h2       atomic.Bool    // the connection speaks HTTP/2
+	upgraded atomic.Bool    // an upgraded (WebSocket) stream holds it
+	streams  sync.WaitGroup // upgraded streams, which outlive the HTTP server's hold on it
+}
+
+// drainNow is the connection manager draining a connection at once, the
+// next release's proactive drain: an HTTP/2 connection gets its GOAWAY; an
+// HTTP/1 one closes, cutting an upgraded stream, unless a plain request is
+// under way, whose response says "connection: close" already.
+func (l *dataListener) drainNow(c *dataConn) {
+	l.e.mu.Lock()
+	goAway := c.goAway
+	l.e.mu.Unlock()
+	switch {
+	case c.h2.Load():
+		if goAway != nil {
+			goAway()
+		}
+	case c.upgraded.Load() || c.requests.Load() == 0:
+		c.nc.Close()
+	}
 }
 
 func (l *dataListener) track(nc net.Conn) *dataConn {
@@ -138,8 +162,8 @@ func (l *dataListener) track(nc net.Conn) *dataConn {
 	c.stats.opened()
 	l.active.Add(1)
 	l.conns[c] = struct{}{}
-	if !l.cfg.TCP && !l.drainStart.IsZero() {
-		l.scheduleDrain(c)
+	if !l.drainStart.IsZero() {
+		l.noticeDrain(c)
 	}
 	return c
 }

@@ -22,15 +22,24 @@ type drainCase struct {
 // drainTable is every combination of the flags on each release the
 // boundaries separate.
 var drainTable = map[string][]drainCase{
-	// Before envoy#30003: skip_exit is ignored, so --drain-time-s stops the
-	// listeners; before envoy#37873 a graceful drain hints every listener.
-	"1.28": {
+	// Before envoy#30003 (1.28.0): skip_exit is ignored, so --drain-time-s
+	// stops the listeners; before envoy#38430 a graceful drain hints every
+	// listener.
+	"1.27": {
 		{"graceful&inboundonly&skip_exit", 200, true, true, false, true, false, false},
 		{"graceful&skip_exit", 200, true, true, false, true, true, false},
 		{"skip_exit", 200, false, false, true, true, true, true},
 	},
-	// envoy#30003 without envoy#37873: skip_exit keeps the listeners, but
+	// envoy#30003 without envoy#38430: skip_exit keeps the listeners, but
 	// the sidecar's call still hints the outbound listener (envoy#35020).
+	"1.28": {
+		{"graceful&inboundonly&skip_exit", 200, true, true, false, false, false, false},
+		{"skip_exit", 400, false, false, false, false, false, false},
+	},
+	// A main-branch build before 1.34.0 is modelled without envoy#38430.
+	"1.34.0-dev": {
+		{"graceful&inboundonly&skip_exit", 200, true, true, false, false, false, false},
+	},
 	"1.31": {
 		{"graceful&inboundonly&skip_exit", 200, true, true, false, false, false, false},
 		{"graceful&inboundonly", 200, true, true, false, true, false, false},
@@ -40,7 +49,7 @@ var drainTable = map[string][]drainCase{
 		{"", 200, false, false, true, true, true, true},
 		{"skip_exit", 400, false, false, false, false, false, false},
 	},
-	// envoy#37873: inboundonly drains one direction.
+	// envoy#38430: inboundonly drains one direction.
 	"1.36": {
 		{"graceful&inboundonly&skip_exit", 200, true, false, false, false, false, false},
 		{"graceful&inboundonly", 200, true, false, false, true, false, false},
@@ -119,6 +128,8 @@ func TestServerInfoReportsTheVersion(t *testing.T) {
 		{EnvoyVersion{Major: 1, Minor: 31, Patch: 4}, "/1.31.4/"},
 		{EnvoyVersion{Major: 1, Minor: 40}, "/1.40.0/"},
 		{EnvoyVersion{Unnumbered: true}, "/custom/"}, // a build that reports no release
+		{EnvoyVersion{Major: 1, Minor: 34, Dev: true}, "/1.34.0-dev/"},
+		{Next, "/1.41.0-dev/"},
 	} {
 		e := startLive(t, Options{Version: tt.v})
 		a := call(t, e, "GET", "/server_info")
@@ -131,7 +142,16 @@ func TestServerInfoReportsTheVersion(t *testing.T) {
 	if v, err := ParseVersion("custom"); err != nil || !v.Unnumbered || !v.drainsOneDirection() {
 		t.Errorf("ParseVersion(custom) = %+v, %v; want an unnumbered build behaving as the default", v, err)
 	}
-	for _, bad := range []string{"1", "2.1", "1.x", "1.2.3.4", "v1.31"} {
+	if v, err := ParseVersion("1.34.0-dev"); err != nil || !v.Dev || v.drainsOneDirection() || !v.knowsSkipExit() {
+		t.Errorf("ParseVersion(1.34.0-dev) = %+v, %v; want a main build without envoy#38430", v, err)
+	}
+	if v, err := ParseVersion("next"); err != nil || v != Next {
+		t.Errorf("ParseVersion(next) = %+v, %v; want %+v", v, err, Next)
+	}
+	if v, err := ParseVersion("1.34.2-dev"); err != nil || v.String() != "1.34.2-dev" || !v.drainsOneDirection() {
+		t.Errorf("ParseVersion(1.34.2-dev) = %+v, %v; want a 1.34 release-branch build", v, err)
+	}
+	for _, bad := range []string{"1", "2.1", "1.x", "1.2.3.4", "v1.31", "1.31-rc"} {
 		if _, err := ParseVersion(bad); err == nil {
 			t.Errorf("ParseVersion(%q) took it", bad)
 		}
