@@ -36,19 +36,17 @@ func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
-	wait := flood.SlowHeaders(ctx, func(ctx context.Context) (net.Conn, error) {
+	load := flood.SlowHeaders(ctx, func(ctx context.Context, _ int) (net.Conn, error) {
 		return from.DialContext(ctx, "tcp", addr)
 	}, 400)
-	defer func() { cancel(); wait() }()
+	defer func() { cancel(); load.Wait() }()
 	// Let the flood take every slot it can, and outlive one header timeout,
 	// so that the probes meet it in its steady state.
 	time.Sleep(headerTimeout + 500*time.Millisecond)
 
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}).DialContext,
-	}}
-	lat, errs := flood.Probes(client, []string{"http://" + addr + "/healthz/ready", "http://" + addr + "/healthz/live"}, 8, 250*time.Millisecond)
+	kubelet := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
+	send := flood.Send(func(ctx context.Context) (net.Conn, error) { return kubelet.DialContext(ctx, "tcp", addr) })
+	lat, errs := flood.Probes(send, []string{"/healthz/ready", "/healthz/live"}, 8, 250*time.Millisecond, 3*time.Second)
 	t.Logf("probe latencies under the flood: %v (max %v)", lat, slices.Max(lat))
 	for i, err := range errs {
 		if err != nil {
