@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -247,5 +250,68 @@ func TestGracePeriodDerivation(t *testing.T) {
 	short := newPod(t).supervise([]string{"--grace-period", "10s"})
 	if code := short.Exit(soon); code != 2 || !strings.Contains(short.Out.String(), "--grace-period") {
 		t.Fatalf("--grace-period 10s: exit %d, want 2 naming the flag:\n%s", code, short.Out.String())
+	}
+}
+
+// A large termination message file (one the container wrote before, or a
+// file left on a reused path) must get the line and must not hold the exit:
+// truncating it frees its blocks in the kernel, and a process cannot end
+// while one of its threads does that. With O_TRUNC the open took longer
+// than the bound, and the exit came with the file empty. The size is what
+// holds the exit about 300 ms here: 16 GiB allocated on disk (cheap to make
+// with fallocate: its blocks are reserved, not written), 1 GiB on tmpfs,
+// whose pages are memory.
+func TestLargeTerminationLogGetsTheLineAndHoldsNoExit(t *testing.T) {
+	dir := t.TempDir()
+	size := int64(16 << 30)
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == 0x01021994 { // TMPFS_MAGIC
+		size = 1 << 30
+	}
+	run := func(name string, size int64) (time.Duration, []byte) {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(path)
+		if err := syscall.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+			f.Close()
+			t.Skipf("fallocate %d bytes in %s: %v", size, dir, err)
+		}
+		f.Close()
+		cmd := exec.Command(bin.supervisor, "supervise", "--control-dir", filepath.Join(dir, "control"),
+			"--health-addr", "", "--termination-log", path, "--", "/nonexistent/proxy")
+		start := time.Now()
+		if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 127 {
+			t.Fatalf("supervise with a missing proxy: %v, want exit 127", err)
+		}
+		took := time.Since(start)
+		// What the kubelet reads: the file's last 4096 bytes.
+		f, err = os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		st, _ := f.Stat()
+		tail := make([]byte, min(st.Size(), 4096))
+		if _, err := f.ReadAt(tail, st.Size()-int64(len(tail))); err != nil {
+			t.Fatal(err)
+		}
+		return took, tail
+	}
+	small, _ := run("small", 4096)
+	took, msg := run("large", size)
+	held := took - small
+	t.Logf("exit of a supervisor whose termination-log file has %d MiB: %v; of one with 4 KiB: %v", size>>20, took, small)
+	if got := strings.TrimLeft(string(msg), " "); !strings.HasPrefix(got, "proxy-supervisor: exit 127 (proxy could not be started)") {
+		t.Errorf("termination message %q, want the summary line", msg)
+	}
+	// The bound is 100 ms; the rest is the machine's noise.
+	if held > 250*time.Millisecond {
+		t.Errorf("the large file held the exit %v longer than a small one", held)
 	}
 }

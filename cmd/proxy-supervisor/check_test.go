@@ -21,6 +21,8 @@ func TestCheck(t *testing.T) {
 		{[]string{"supervise", "--check", "--on-peer-failure", "never", "--", "envoy"}, 2, "--on-peer-failure"},
 		{[]string{"supervise", "--check", "--peers", "Bad Name", "--", "envoy"}, 2, "Bad Name"},
 		{[]string{"supervise", "--check", "--drain-timeout", "0s", "--", "envoy"}, 2, "--drain-timeout"},
+		{[]string{"supervise", "--check", "--admin-url", "unix:///" + strings.Repeat("a", 107), "--", "envoy"}, 2, "--admin-url"},
+		{[]string{"supervise", "--check", "--admin-url", "unix:///" + strings.Repeat("a", 106), "--", "/nonexistent/envoy"}, 0, ""},
 		{[]string{"supervise", "--check"}, 2, "no COMMAND"},
 		{[]string{"exec", "--check", "--control-dir", dir, "--name", "job", "--", "/nonexistent/job"}, 0, ""},
 		{[]string{"exec", "--check", "--name", "job"}, 2, "no COMMAND"},

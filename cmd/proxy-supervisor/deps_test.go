@@ -29,3 +29,38 @@ func TestBinaryLeavesOutHeavyPackages(t *testing.T) {
 		}
 	}
 }
+
+// earlysig subscribes the signals before any other of the project's code
+// runs because Go initialises, among the packages whose imports are done,
+// the one whose import path sorts first: it must import nothing of the
+// project, and sort before every other package of it that the binary
+// links (main, which imports it, comes after it whatever its path).
+func TestEarlysigIsInitialisedFirst(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain on PATH")
+	}
+	const module = "github.com/proxy-supervisor/proxy-supervisor/"
+	const early = module + "cmd/proxy-supervisor/internal/earlysig"
+	list := func(pkg string) []string {
+		out, err := exec.Command(goBin, "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		var ours []string
+		for _, p := range strings.Fields(string(out)) {
+			if strings.HasPrefix(p, module) {
+				ours = append(ours, p)
+			}
+		}
+		return ours
+	}
+	if deps := list(early); len(deps) != 1 {
+		t.Errorf("%s imports the project's %v: its init would wait for theirs", early, deps[:len(deps)-1])
+	}
+	for _, p := range list(".") {
+		if p < early && p != module+"cmd/proxy-supervisor" {
+			t.Errorf("%s sorts before %s: its init may run first", p, early)
+		}
+	}
+}

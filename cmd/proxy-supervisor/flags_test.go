@@ -263,6 +263,7 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"health port is the admin port, any address", sup("--health-addr", ":9901", "--admin-url", "http://127.0.0.1:9901"), nil, "--health-addr"},
 		{"admin url relative unix path", sup("--admin-url", "unix:admin.sock"), nil, "--admin-url"},
 		{"admin url unix with a host", sup("--admin-url", "unix://envoy/admin.sock"), nil, "--admin-url"},
+		{"admin url unix path too long", sup("--admin-url", "unix://"+long+"/admin.sock"), nil, "--admin-url"},
 		{"extra ready url unix", sup("--extra-ready-url", "unix:///run/ready.sock"), nil, "--extra-ready-url"},
 		{"allowed uid -1", sup("--allowed-uids", "0,4294967295"), nil, "--allowed-uids"},
 		{"control dir too long", sup("--control-dir", long), nil, "--control-dir"},

@@ -28,6 +28,10 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	// First of the project's packages to be initialised: it holds the
+	// signals that supervise and exec answer from then on.
+	_ "github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

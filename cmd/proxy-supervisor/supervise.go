@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/logbuf"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/memtrim"
@@ -34,10 +35,12 @@ const graceMargin = 5 * time.Second
 // the proxy has exited.
 func runSupervise(args []string, env func(string) string, stdout, stderr io.Writer) int {
 	// First of all: a SIGTERM during the start must be the supervisor's to
-	// answer (143), never Go's default (exit 2 in PID 1). Never stopped: a
+	// answer (143), never Go's default (exit 2 in PID 1); earlysig has held
+	// what came since the packages' initialisation. Never stopped: a
 	// signal between a Stop and the process's exit would meet that default
 	// and replace the decided exit code.
 	sigs := supervise.Subscribe()
+	earlysig.Hand(sigs.Held)
 	f, o := superviseFlags()
 	cmdline, code, done := parseOrExit(f, args, env, stdout, stderr)
 	if done {

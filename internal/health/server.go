@@ -9,7 +9,11 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
@@ -139,20 +143,28 @@ func text(code int, body []byte, parts ...string) http1.Answer {
 }
 
 // fairListener bounds the connections it hands out, in all (max) and per
-// source address (perSource), without ever making a new connection wait: it
-// closes the oldest connection of the same source when that source is at its
-// cap, or of the source holding the most when all are taken. A listener that
-// blocked at its cap instead would queue a probe in the kernel's backlog
-// behind a flood of connections that trickle their headers, each holding a
-// slot for the whole header timeout; here a flood from one address only ever
-// evicts itself, and a new connection is served at once.
+// source address (perSource), without ever making a new connection wait:
+// at a cap it closes the connection, of the same source or of all, that
+// has gone longest without sending a byte (since its accept, if it has
+// sent none). A listener that blocked at its cap instead would queue a
+// probe in the kernel's backlog behind a flood of connections that trickle
+// their headers, each holding a slot for the whole header timeout.
+//
+// The kubelet sends a probe's whole request with its connect, and the
+// probe is answered as soon as it is read: its connection is the newest
+// at its accept and again at its read, so it is the last to be closed.
+// Among connections that send nothing, the oldest goes; among those that
+// trickle bytes, the one that sent its last longest ago. Choosing among
+// equals instead (the oldest of the source holding the most, when a
+// thousand sources held one each) closed a probe as often as not before
+// it was read.
 type fairListener struct {
 	net.Listener
 	max, perSource int
 
 	mu    sync.Mutex
 	n     int
-	bySrc map[netip.Addr][]*fairConn // oldest first
+	bySrc map[netip.Addr][]*fairConn
 }
 
 func newFairListener(ln net.Listener, max, perSource int) *fairListener {
@@ -165,13 +177,14 @@ func (l *fairListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	fc := &fairConn{Conn: c, l: l, src: sourceOf(c)}
+	fc.last.Store(time.Now().UnixNano())
 	l.mu.Lock()
 	var evict *fairConn
 	switch {
 	case len(l.bySrc[fc.src]) >= l.perSource:
-		evict = l.bySrc[fc.src][0]
+		evict = l.quietest(l.bySrc[fc.src])
 	case l.n >= l.max:
-		evict = l.heaviest()
+		evict = l.quietest(nil)
 	}
 	if evict != nil {
 		l.dropLocked(evict)
@@ -186,15 +199,36 @@ func (l *fairListener) Accept() (net.Conn, error) {
 	return fc, nil
 }
 
-// heaviest is the oldest connection of the source that holds the most.
-func (l *fairListener) heaviest() *fairConn {
-	var top []*fairConn
-	for _, cs := range l.bySrc {
-		if len(cs) > len(top) {
-			top = cs
+// quietest is the connection of cs (of all, if cs is nil) that has gone
+// longest without sending a byte. What a connection's goroutine has read
+// tells late: under a flood the accept loop runs on (the supervisor has one
+// P) and the goroutines of connections whose bytes arrived are woken tens
+// of milliseconds later. So the bytes waiting in the socket count too: a
+// connection that has some sent them now, which makes it the newest. mu
+// is held.
+func (l *fairListener) quietest(cs []*fairConn) *fairConn {
+	for range l.n {
+		var q *fairConn
+		find := func(cs []*fairConn) {
+			for _, c := range cs {
+				if q == nil || c.last.Load() < q.last.Load() {
+					q = c
+				}
+			}
 		}
+		if cs != nil {
+			find(cs)
+		} else {
+			for _, cs := range l.bySrc {
+				find(cs)
+			}
+		}
+		if q == nil || !q.waiting() {
+			return q
+		}
+		q.last.Store(time.Now().UnixNano())
 	}
-	return top[0]
+	return nil // every connection has bytes waiting: none is quiet
 }
 
 // dropLocked forgets c, if it is not forgotten already.
@@ -223,8 +257,32 @@ func sourceOf(c net.Conn) netip.Addr {
 
 type fairConn struct {
 	net.Conn
-	l   *fairListener
-	src netip.Addr
+	l    *fairListener
+	src  netip.Addr
+	last atomic.Int64 // when it last sent a byte, or its accept (Unix ns)
+}
+
+// waiting reports whether bytes that c's client sent wait to be read.
+func (c *fairConn) waiting() bool {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}
+
+func (c *fairConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 func (c *fairConn) Close() error {

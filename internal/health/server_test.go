@@ -2,9 +2,11 @@ package health
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -36,19 +38,17 @@ func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	from := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
-	wait := flood.SlowHeaders(ctx, func(ctx context.Context) (net.Conn, error) {
+	load := flood.SlowHeaders(ctx, func(ctx context.Context, _ int) (net.Conn, error) {
 		return from.DialContext(ctx, "tcp", addr)
 	}, 400)
-	defer func() { cancel(); wait() }()
+	defer func() { cancel(); load.Wait() }()
 	// Let the flood take every slot it can, and outlive one header timeout,
 	// so that the probes meet it in its steady state.
 	time.Sleep(headerTimeout + 500*time.Millisecond)
 
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}).DialContext,
-	}}
-	lat, errs := flood.Probes(client, []string{"http://" + addr + "/healthz/ready", "http://" + addr + "/healthz/live"}, 8, 250*time.Millisecond)
+	kubelet := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
+	send := flood.Send(func(ctx context.Context) (net.Conn, error) { return kubelet.DialContext(ctx, "tcp", addr) })
+	lat, errs := flood.Probes(send, []string{"/healthz/ready", "/healthz/live"}, 8, 250*time.Millisecond, 3*time.Second)
 	t.Logf("probe latencies under the flood: %v (max %v)", lat, slices.Max(lat))
 	for i, err := range errs {
 		if err != nil {
@@ -78,5 +78,50 @@ func TestAPanickingCheckLeavesTheServerUp(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("a probe after the panic: %s", resp.Status)
+	}
+}
+
+// At its cap the listener closes the connection that has gone longest
+// without sending a byte: bytes that wait unread count as sent at once,
+// since the goroutine that reads them may run late under a flood. Among
+// connections that sent nothing, the oldest goes.
+func TestCapClosesTheQuietest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newFairListener(ln, 2, 16)
+	defer l.Close()
+	// connect makes a client connection from its own address, writing
+	// head at once, and returns it with the listener's side.
+	connect := func(i byte, head string) (client, server net.Conn) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 3, 0, i)}, Timeout: 5 * time.Second}
+		client, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		if _, err := client.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		if server, err = l.Accept(); err != nil {
+			t.Fatal(err)
+		}
+		return client, server
+	}
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil
+	}
+	probe, _ := connect(1, "GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n") // the oldest, its request unread
+	silent, _ := connect(2, "")
+	connect(3, "") // at the cap: one of the two goes
+	if !closed(silent) {
+		t.Fatal("the silent connection was kept")
+	}
+	probe.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := probe.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection whose request waits was closed: %v", err)
 	}
 }

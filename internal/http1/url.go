@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // URL is a URL taken apart for a Client: the network and address to dial,
@@ -45,6 +47,11 @@ func ParseURL(raw string) (URL, error) {
 		// the path as given: a % in it is refused rather than unescaped
 		if !strings.HasPrefix(rest, "/") || !only([]byte(rest), cTarget) || strings.ContainsAny(rest, "?%") {
 			return URL{}, errors.New("want unix:///PATH, an absolute path")
+		}
+		// A path that no socket address holds could never be dialed: the
+		// supervisor would wait out its timeout for a proxy it cannot ask.
+		if max := len(unix.RawSockaddrUnix{}.Path) - 1; len(rest) > max {
+			return URL{}, fmt.Errorf("unix socket path of %d bytes: longer than a unix socket address takes (%d bytes)", len(rest), max)
 		}
 		return URL{Network: "unix", Addr: rest, Host: "localhost", Target: "/"}, nil
 	case !strings.EqualFold(scheme, "http"):

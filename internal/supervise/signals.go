@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +25,8 @@ var (
 // the same as one, so a drop within either channel costs nothing.
 //
 // The command subscribes before any of its start's work (flags, records,
-// sockets): until then a SIGTERM meets Go's default action, which in PID 1
+// sockets), and takes over what an earlier subscription of its own held
+// (Held): until then a SIGTERM meets Go's default action, which in PID 1
 // is exit 2, the code of bad usage, with no log line. What arrives before
 // the proxy is started is held here and answered before the fork.
 type Signals struct {
@@ -48,6 +50,19 @@ func Subscribe() *Signals {
 	signal.Notify(s.others, otherSignals...)
 	signal.Notify(s.pipe, syscall.SIGPIPE)
 	return s
+}
+
+// Held takes a signal that came before Subscribe, held by an earlier
+// subscription of the command's, as if it came after.
+func (s *Signals) Held(sig os.Signal) {
+	c := s.others
+	if slices.Contains(stopSignals, sig) {
+		c = s.stops
+	}
+	select {
+	case c <- sig:
+	default: // full: a repeat, which means what one does
+	}
 }
 
 // Stop ends the subscriptions, except SIGPIPE's: the supervisor still logs

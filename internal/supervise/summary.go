@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -85,7 +84,7 @@ func writeTerminationLog(path, line string, log *slog.Logger) {
 		return
 	}
 	done := make(chan error, 1)
-	go func() { done <- writeNonBlocking(path, line) }()
+	go func() { done <- writeNonBlocking(path, line, time.Now().Add(truncateFor)) }()
 	select {
 	case werr := <-done:
 		if werr != nil {
@@ -96,14 +95,59 @@ func writeTerminationLog(path, line string, log *slog.Logger) {
 	}
 }
 
-// writeNonBlocking replaces the file's content with line. It never creates
-// the file (the kubelet does), and opens it without blocking, so that a
-// FIFO without a reader fails at once rather than hanging the exit.
-func writeNonBlocking(path, line string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+// Truncating a large file frees its blocks in the kernel, and a thread doing
+// so holds the process's exit until it is done (about 20 ms a GiB on disk
+// and 500 ms on tmpfs here): an O_TRUNC of a 4 GiB file held the exit past
+// the bound, and the exit came before the line was written. So the line is
+// written first, and the file is cut from its end in steps of truncateStep,
+// none of which holds the exit long, for truncateFor at most.
+const (
+	truncateStep = 64 << 20
+	truncateFor  = summaryWait * 3 / 4
+)
+
+// messageMax is what the kubelet reads of the file: its last 4096 bytes.
+const messageMax = 4096
+
+// writeNonBlocking replaces the file's content with line, cutting the file
+// until deadline. It never creates the file (the kubelet does), and opens it
+// without blocking, so that a FIFO without a reader fails at once rather
+// than hanging the exit.
+func writeNonBlocking(path, line string, deadline time.Time) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return err
 	}
-	_, werr := f.WriteString(line)
-	return errors.Join(werr, f.Close())
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		_, err := f.WriteString(line) // a FIFO or a device has no offset
+		return err
+	}
+	if _, err := f.WriteAt([]byte(line), 0); err != nil {
+		return err
+	}
+	size := max(st.Size(), int64(len(line))) // the size before the write
+	for size > int64(len(line)) && time.Now().Before(deadline) {
+		size = max(size-truncateStep, int64(len(line)))
+		if err := f.Truncate(size); err != nil {
+			return err
+		}
+	}
+	if size == int64(len(line)) {
+		return nil
+	}
+	// The file is still too large to cut in time. The kubelet reads its
+	// tail, so the tail is made the line, after blanks.
+	tail := min(size, messageMax)
+	b := make([]byte, tail)
+	for i := range b {
+		b[i] = ' '
+	}
+	copy(b[tail-int64(len(line)):], line)
+	_, err = f.WriteAt(b, size-tail)
+	return err
 }
