@@ -204,9 +204,12 @@ func (l *fairListener) Accept() (net.Conn, error) {
 // tells late: under a flood the accept loop runs on (the supervisor has one
 // P) and the goroutines of connections whose bytes arrived are woken tens
 // of milliseconds later. So the bytes waiting in the socket count too: a
-// connection that has some sent them now, which makes it the newest. mu
-// is held.
+// connection that has some sent them now, which makes it the newest. When
+// every one has bytes waiting, the one that was quietest goes all the
+// same: a cap that a flood of talkers could lift would not bound the
+// goroutines. mu is held.
 func (l *fairListener) quietest(cs []*fairConn) *fairConn {
+	var first *fairConn
 	for range l.n {
 		var q *fairConn
 		find := func(cs []*fairConn) {
@@ -226,9 +229,12 @@ func (l *fairListener) quietest(cs []*fairConn) *fairConn {
 		if q == nil || !q.waiting() {
 			return q
 		}
+		if first == nil {
+			first = q
+		}
 		q.last.Store(time.Now().UnixNano())
 	}
-	return nil // every connection has bytes waiting: none is quiet
+	return first
 }
 
 // dropLocked forgets c, if it is not forgotten already.
