@@ -340,14 +340,16 @@ func TestDeletionExecAppUploadsAfterClose(t *testing.T) {
 // while the app runs, and the kubelet restarts the proxy container; the
 // app's completion, recorded whether or not a supervisor listens at that
 // moment, ends the restarted proxy with 0: the pod succeeds, with one
-// restart of the proxy and none of the app. The crash comes at an event,
-// not at a time: the fake Envoy dies once it has sent the app its answer,
-// and the app, holding that connection, ends when the crash closes it.
-// The restarted Envoy serves no request, so it never crashes.
+// restart of the proxy and none of the app. The crash comes at events,
+// not at times: the fake Envoy dies once it has sent the app its answer
+// (the restarted one serves no request, so it never crashes), and the app
+// ends once the crashed supervisor has removed its control socket, so
+// that the crash is decided before the app's completion exists.
 func TestOnFailureProxyCrashMidJob(t *testing.T) {
 	t.Parallel()
 	n := theNode
-	pod := podFrom(t, "job-onfailure.yaml", "crash-mid-job", "/podapp", "get-until-closed", hello)
+	pod := podFrom(t, "job-onfailure.yaml", "crash-mid-job",
+		"/podapp", "watch", "/var/run/proxy-supervisor/sock/control.sock", "get", hello, "until-replaced")
 	envoy := container(pod, "envoy")
 	envoy.Command = append(envoy.Command, "--crash-after-answers", "1")
 	n.run(t, pod)

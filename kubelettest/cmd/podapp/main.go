@@ -4,10 +4,10 @@
 // first that ends the program gives its code:
 //
 //	get URL            one HTTP GET, which must answer 200 (exit 7 otherwise)
-//	get-until-closed URL
-//	                   get, then wait for the server to close that
-//	                   connection (its process gone), for up to a minute
-//	                   (exit 8 otherwise)
+//	watch PATH         remember the file at PATH (exit 2 if there is none)
+//	until-replaced     wait until the watched file is removed or replaced by
+//	                   another, for up to a minute (exit 8 otherwise): a
+//	                   supervisor's socket goes when it exits
 //	fail-once FILE N   exit N unless FILE exists, creating it first
 //	exit N             exit N
 //	sleep D            sleep for the duration D
@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +36,7 @@ func main() {
 }
 
 // arity is the number of arguments of each step.
-var arity = map[string]int{"get": 1, "get-until-closed": 1, "fail-once": 2, "exit": 1, "sleep": 1, "serve": 1, "listen": 1}
+var arity = map[string]int{"get": 1, "watch": 1, "until-replaced": 0, "fail-once": 2, "exit": 1, "sleep": 1, "serve": 1, "listen": 1}
 
 func run(args []string) int {
 	for len(args) > 0 {
@@ -63,8 +62,15 @@ func do(step string, arg []string) (int, error) {
 	switch step {
 	case "get":
 		return get(arg[0])
-	case "get-until-closed":
-		return getUntilClosed(arg[0])
+	case "watch":
+		fi, err := os.Stat(arg[0])
+		if err != nil {
+			return 2, err
+		}
+		watched, watchedPath = fi, arg[0]
+		return -1, nil
+	case "until-replaced":
+		return untilReplaced()
 	case "fail-once":
 		code, err := strconv.Atoi(arg[1])
 		if err != nil {
@@ -106,6 +112,25 @@ func do(step string, arg []string) (int, error) {
 	}
 }
 
+// watched is the file the watch step saw at watchedPath.
+var (
+	watched     os.FileInfo
+	watchedPath string
+)
+
+func untilReplaced() (int, error) {
+	if watched == nil {
+		return 2, errors.New("no watch step before it")
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(watchedPath); err != nil || !os.SameFile(fi, watched) {
+			fmt.Printf("podapp: %s was replaced or removed\n", watchedPath)
+			return -1, nil
+		}
+	}
+	return 8, fmt.Errorf("%s was still the same file after a minute", watchedPath)
+}
+
 func get(url string) (int, error) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
@@ -118,41 +143,6 @@ func get(url string) (int, error) {
 		return 7, fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	fmt.Printf("%s: %s", url, body)
-	return -1, nil
-}
-
-// getUntilClosed is get on a connection of its own, kept open after the
-// answer until the server closes it: a kept-alive connection closes when
-// the server's process ends, which the app thus waits for.
-func getUntilClosed(url string) (int, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 2, err
-	}
-	c, err := net.DialTimeout("tcp", req.URL.Host, 5*time.Second)
-	if err != nil {
-		return 7, err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
-	if err := req.Write(c); err != nil {
-		return 7, err
-	}
-	r := bufio.NewReader(c)
-	resp, err := http.ReadResponse(r, req)
-	if err != nil {
-		return 7, err
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return 7, fmt.Errorf("%s: %s %v", url, resp.Status, err)
-	}
-	fmt.Printf("%s: %s", url, body)
-	c.SetDeadline(time.Now().Add(time.Minute)) //nolint:errcheck
-	if _, err := r.ReadByte(); errors.Is(err, os.ErrDeadlineExceeded) {
-		return 8, errors.New("the server kept the connection open for a minute")
-	}
-	fmt.Println("podapp: the server closed the connection")
 	return -1, nil
 }
 
