@@ -123,7 +123,9 @@ func untilReplaced() (int, error) {
 		return 2, errors.New("no watch step before it")
 	}
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(watchedPath); err != nil || !os.SameFile(fi, watched) {
+		// A file system may give a new file the inode number of one just
+		// removed: its times tell them apart.
+		if fi, err := os.Stat(watchedPath); err != nil || !os.SameFile(fi, watched) || !fi.ModTime().Equal(watched.ModTime()) {
 			fmt.Printf("podapp: %s was replaced or removed\n", watchedPath)
 			return -1, nil
 		}
