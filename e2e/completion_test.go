@@ -298,6 +298,10 @@ func TestCurlOnTheSocket(t *testing.T) {
 	}
 }
 
+// A thousand peers complete at once, and every completion is taken. Each
+// is a record the supervisor writes and syncs, so the last of them waits
+// for nearly all the others: under -race beside a CPU hog the thousand
+// took 29 to 33 s, and the bound of each is four times that.
 func TestThousandConcurrentCompletes(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
@@ -310,7 +314,7 @@ func TestThousandConcurrentCompletes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			if err := c.Complete(ctx, fmt.Sprintf("peer-%d", i), 0, ""); err != nil {
 				errs <- err
