@@ -56,8 +56,10 @@ func TestDemo(t *testing.T) {
 	if sig, ret := strings.Index(text, "[app] SIGTERM from the kubelet"), strings.Index(text, "[hook] preStop returned"); sig < 0 || ret < sig {
 		t.Errorf("the preStop hook returned before the app's SIGTERM (at %d and %d)", ret, sig)
 	}
-	if strings.Contains(text, "level=WARN") || strings.Contains(text, "level=ERROR") {
-		t.Errorf("the supervisor warned during the demo: a newcomer reads that as a fault")
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			t.Errorf("the supervisor warned during the demo: a newcomer reads that as a fault: %s", l)
+		}
 	}
 	// Each line that looks wrong is followed, within its step, by a # line
 	// that says why it is expected. exec's line comes only when the

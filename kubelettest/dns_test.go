@@ -88,7 +88,10 @@ func TestClusterDNSAnswersNXDOMAIN(t *testing.T) {
 	if !errors.As(err, &dnsErr) || !dnsErr.IsNotFound {
 		t.Fatalf("lookup: %v, want no such host", err)
 	}
-	if took := time.Since(start); took > time.Second {
+	// Under the resolver's 5 s timeout of a try: the answer came at
+	// once, not after a silent server's timeout (a busy node's pace
+	// aside).
+	if took := time.Since(start); took > 4*time.Second {
 		t.Fatalf("the answer took %s", took)
 	}
 }

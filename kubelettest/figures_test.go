@@ -44,8 +44,13 @@ type podForm struct {
 	// pod makes the pod; app is the app's own command, which the form
 	// wraps in exec where it does.
 	pod func(t *testing.T, name string, app ...string) *corev1.Pod
-	// Generous bounds, in the order of the figures: ready → app, app exit
-	// → proxy exit, app exit → phase, deletion → gone.
+	// Upper bounds that a starved node still meets, in the order of the
+	// figures: ready → app, app exit → proxy exit, app exit → phase,
+	// deletion → gone. They catch a gate or a stop that waits for a
+	// timeout instead of its event, not a slow one: the figures' targets
+	// are docs/benchmarks.md's, measured by make bench, and a loaded node
+	// (the suite's own pods put the 1-minute load near 50 on 2 cores) took
+	// 4.2 s from ready to the app's start.
 	bounds [4]time.Duration
 	// deletionOnly: its Job never ends by itself (a classic proxy beside
 	// an app that reports nothing), so only the deletion is measured.
@@ -53,7 +58,12 @@ type podForm struct {
 }
 
 func podForms() []podForm {
-	ours := [4]time.Duration{3 * time.Second, 4 * time.Second, 6 * time.Second, 12 * time.Second}
+	// The postStart wait's own --timeout is 60 s, the stop's 5 s, the
+	// drain's bound 20 s and the grace period 30 s: the bounds sit below
+	// the timeouts a broken gate or stop would end at. A deletion is timed
+	// from the manifest's removal, which a busy kubelet can notice seconds
+	// late: its bound is the grace period and half as much again.
+	ours := [4]time.Duration{30 * time.Second, 15 * time.Second, 20 * time.Second, 45 * time.Second}
 	return []podForm{
 		{key: "native", subject: "proxy-supervisor, native sidecar (postStart wait), exec app", proxy: "envoy", app: "job", supervised: true,
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
@@ -113,7 +123,7 @@ func podForms() []podForm {
 				c.StartupProbe, c.ReadinessProbe, c.LivenessProbe = probe(1, 600), probe(15, 4), nil
 				container(p, "job").Command = app
 				return p
-			}, bounds: [4]time.Duration{6 * time.Second, 15 * time.Second, 18 * time.Second, 30 * time.Second}},
+			}, bounds: [4]time.Duration{30 * time.Second, 20 * time.Second, 25 * time.Second, 45 * time.Second}},
 	}
 }
 
@@ -282,6 +292,10 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 	}
 	t.Logf("%s: proxy ready → app started %s, app exit → proxy exit %s%s, app exit → Succeeded %s, %d Unhealthy events", f.key,
 		j.readyToApp.Round(time.Millisecond), j.appToProxy.Round(time.Millisecond), share, j.appToPhase.Round(time.Millisecond), j.unhealthy)
+	// The order holds on any machine: the app starts after the proxy is
+	// ready (the supervisor logs its readiness just after it answers the
+	// gate, hence 50 ms), the proxy exits after the app and the phase
+	// follows the app's exit.
 	for i, v := range []time.Duration{j.readyToApp, j.appToProxy, j.appToPhase} {
 		if v < -50*time.Millisecond || v > f.bounds[i] {
 			t.Errorf("%s: figure %d is %s, outside 0 to %s", f.key, i, v, f.bounds[i])

@@ -233,12 +233,16 @@ func TestIstioPilotAgentDeletionDrains(t *testing.T) {
 	wantCodes(t, got, map[string]int32{"istio-proxy": 0, "job": 0})
 	app1, proxy1 := got["job"].finished().Sub(deleted), got["istio-proxy"].finished().Sub(deleted)
 	grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-	note(t, "after the deletion: the app exited at %s, the supervisor at %s (grace %s)",
-		app1.Round(time.Millisecond), proxy1.Round(time.Millisecond), grace)
+	d := n.drainLog(t, "istio-drain", "istio-proxy")
+	note(t, "after the deletion: the app exited at %s, the drain ended (%s) at %s, the supervisor exited at %s (grace %s)",
+		app1.Round(time.Millisecond), d.end, d.ended().Sub(deleted).Round(time.Millisecond), proxy1.Round(time.Millisecond), grace)
 	if app1 < 8*time.Second || proxy1 < app1 {
 		t.Fatalf("the supervisor exited at %s, before the app closed its port (%s, after its 8s preStop)", proxy1, app1)
 	}
-	if proxy1 > app1+5*time.Second || proxy1 > grace {
-		t.Fatalf("the supervisor exited at %s: want within 5s of the app's port closing (%s), inside the grace period %s", proxy1, app1, grace)
+	// Its exit code (0, not the SIGKILL's 137) says it exited inside the
+	// grace period; its log, that the drain ended on the port's close.
+	// How soon after is the kubelet's pace, which a busy node stretches.
+	if d.end != "drained" {
+		t.Fatalf("the drain ended %q after %s, want drained: the app closed its port at %s", d.end, d.after, app1)
 	}
 }

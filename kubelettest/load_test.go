@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -33,10 +34,21 @@ type load struct {
 	fresh    *http.Client
 	start    time.Time
 	mu       sync.Mutex
-	slices   map[string][]string // each slice's ready endpoints
+	slices   map[string]*discoveryv1.EndpointSlice
 	sent, ok int
 	failures map[string]int
 	examples []string
+	// noneReady are the moments the slices listed no ready endpoint, each
+	// with the endpoints they listed and the node's load then: what
+	// explains it (a probe's failure, and why).
+	noneReady []*unreadyMoment
+}
+
+// unreadyMoment is a stretch of ticks that found no ready endpoint.
+type unreadyMoment struct {
+	at, last  time.Duration // since the load's start
+	endpoints string
+	load      string
 }
 
 func newLoad(c *cluster, service string, port int32, rate time.Duration, path func(int) string) *load {
@@ -51,7 +63,7 @@ func newLoad(c *cluster, service string, port int32, rate time.Duration, path fu
 		}
 	}
 	return &load{c: c, service: service, port: port, rate: rate, path: path,
-		keep: client(true), fresh: client(false), slices: map[string][]string{}, failures: map[string]int{}}
+		keep: client(true), fresh: client(false), slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}}
 }
 
 // ready are the endpoints the slices list as ready.
@@ -59,11 +71,65 @@ func (l *load) ready() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var all []string
-	for _, eps := range l.slices {
-		all = append(all, eps...)
+	for _, s := range l.slices {
+		all = append(all, readyEndpoints(s, l.port)...)
 	}
 	sort.Strings(all)
 	return all
+}
+
+// endpoints describes every endpoint the slices list, ready or not, with
+// its conditions and its pod. l.mu is held.
+func (l *load) endpoints() string {
+	var all []string
+	for _, s := range l.slices {
+		for _, e := range s.Endpoints {
+			pod := "?"
+			if e.TargetRef != nil {
+				pod = e.TargetRef.Name
+			}
+			c := e.Conditions
+			all = append(all, fmt.Sprintf("%s %v ready=%v serving=%v terminating=%v", pod, e.Addresses, deref(c.Ready), deref(c.Serving), deref(c.Terminating)))
+		}
+	}
+	sort.Strings(all)
+	if len(all) == 0 {
+		return "none listed"
+	}
+	return strings.Join(all, "; ")
+}
+
+func deref(b *bool) any {
+	if b == nil {
+		return "unset"
+	}
+	return *b
+}
+
+// none records a tick that found no ready endpoint: a new moment, or the
+// one the previous tick was in.
+func (l *load) none(prevNone bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Since(l.start)
+	if n := len(l.noneReady); prevNone && n > 0 {
+		l.noneReady[n-1].last = now
+		return
+	}
+	avg, _ := os.ReadFile("/proc/loadavg")
+	load, _, _ := strings.Cut(string(avg), " ")
+	l.noneReady = append(l.noneReady, &unreadyMoment{at: now, last: now, endpoints: l.endpoints(), load: load})
+}
+
+// unready describes the moments without a ready endpoint.
+func (l *load) unready() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.noneReady {
+		out = append(out, fmt.Sprintf("at %s for %s (1-minute load %s): %s", m.at.Round(time.Millisecond), (m.last-m.at).Round(time.Millisecond), m.load, m.endpoints))
+	}
+	return out
 }
 
 // watch follows the Service's EndpointSlices until ctx ends.
@@ -78,7 +144,7 @@ func (l *load) watch(ctx context.Context) {
 		l.mu.Lock()
 		clear(l.slices)
 		for i := range list.Items {
-			l.slices[list.Items[i].Name] = readyEndpoints(&list.Items[i], l.port)
+			l.slices[list.Items[i].Name] = &list.Items[i]
 		}
 		l.mu.Unlock()
 		opts := sel
@@ -96,7 +162,7 @@ func (l *load) watch(ctx context.Context) {
 			if ev.Type == watch.Deleted {
 				delete(l.slices, s.Name)
 			} else {
-				l.slices[s.Name] = readyEndpoints(s, l.port)
+				l.slices[s.Name] = s
 			}
 			l.mu.Unlock()
 		}
@@ -125,6 +191,7 @@ func (l *load) run(ctx context.Context) {
 	l.start = time.Now()
 	tick := time.NewTicker(l.rate)
 	defer tick.Stop()
+	prevNone := false
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -134,7 +201,10 @@ func (l *load) run(ctx context.Context) {
 		}
 		eps := l.ready()
 		if len(eps) == 0 {
+			l.none(prevNone)
 			l.fail("no ready endpoint", "")
+		}
+		if prevNone = len(eps) == 0; prevNone {
 			continue
 		}
 		client := l.keep

@@ -86,6 +86,7 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 				c.Command = []string{"/podapp", "sleep", startup.String(), "serve", "127.0.0.1:8080"}
 				c.Lifecycle.PreStop.Exec.Command = []string{"/podapp", "sleep", preStop.String()}
 			}
+			loadedNode(c)
 		}
 	}
 	switch form {
@@ -124,6 +125,46 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 		*spec = pod.Spec
 	}
 	return &d
+}
+
+// probeTimeout is the probes' timeoutSeconds on this node: the suite's own
+// pods put its 1-minute load near 50 on 2 cores, where the default 1 s
+// times out (the kubelet's prober, Envoy and the app all wait for a CPU),
+// and three timeouts in a row take a pod that serves out of its
+// endpoints. A user on such a node sets what Istio's injector sets (3 s)
+// or more.
+const probeTimeout = 5
+
+// loadedNode gives the container's startup and readiness probes the
+// timeout a loaded node needs, where they keep the default.
+func loadedNode(c *corev1.Container) {
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe} {
+		if p != nil && p.TimeoutSeconds == 0 {
+			p.TimeoutSeconds = probeTimeout
+		}
+	}
+}
+
+// probeFailures are the kubelet's Unhealthy events about the Deployment's
+// pods (name-HASH-ID), which say why a pod left the ready endpoints: a
+// drain's 503, expected of a terminating pod, or a probe that timed out.
+func (c *cluster) probeFailures(t *testing.T, name string) []string {
+	t.Helper()
+	list, err := c.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Unhealthy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		rest, ok := strings.CutPrefix(e.InvolvedObject.Name, name+"-")
+		if !ok || strings.Count(rest, "-") != 1 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s ×%d from %s to %s: %s", e.InvolvedObject.Name, e.InvolvedObject.FieldPath, e.Count,
+			e.FirstTimestamp.Format(time.TimeOnly), e.LastTimestamp.Format(time.TimeOnly), e.Message))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // inboundToApp is the bootstrap part that Istio's xDS would give the
@@ -303,6 +344,17 @@ func TestClusterRollout(t *testing.T) {
 				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond))
 			for _, e := range l.examples {
 				t.Logf("  failed: %s", e)
+			}
+			// A moment without a ready endpoint is explained before it
+			// counts: what the slices listed then, the node's load, and
+			// the probes that took the pods out.
+			if moments := l.unready(); len(moments) > 0 {
+				for _, m := range moments {
+					t.Logf("  no ready endpoint %s", m)
+				}
+				for _, e := range c.probeFailures(t, tc.name) {
+					t.Logf("  probe: %s", e)
+				}
 			}
 			if tc.form != pilotAgentOnly && failed > 0 {
 				t.Fatalf("%d of %d requests failed during the rollout", failed, sent)

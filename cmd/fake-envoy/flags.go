@@ -35,6 +35,7 @@ type config struct {
 	mode             string
 
 	crashAfter  time.Duration
+	crashAnswer uint64
 	exitAfter   time.Duration
 	exitCode    int
 	configError bool
@@ -180,6 +181,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.BoolVar(&c.stayInitializing, "stay-initializing", false, "never reach LIVE on its own (like Istio's xDS waiting forever)")
 	fs.DurationVar(&c.statsFlush, "stats-flush-interval", 5*time.Second, "how often the lagging server.state gauge is refreshed")
 	fs.DurationVar(&c.crashAfter, "crash-after", 0, "die of SIGSEGV after this long (exit status 139)")
+	fs.Uint64Var(&c.crashAnswer, "crash-after-answers", 0, "die of SIGSEGV (139) once the listeners have sent this many responses, the last one flushed to its HTTP/1 client whole: a crash at an event, after the client has its answer")
 	fs.DurationVar(&c.exitAfter, "exit-after", 0, "exit by itself with --exit-code after this long")
 	fs.Func("exit-code", "the code for --exit-after, decimal 0 to 255", func(v string) error {
 		n, err := strconv.Atoi(v)

@@ -99,6 +99,13 @@ func run(args []string, stderr io.Writer) int {
 
 	opts := cfg.options(log, boot)
 	opts.OnInit = func() { signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1, unix.SIGHUP) }
+	if cfg.crashAnswer > 0 {
+		opts.OnAnswered = func(n int64) {
+			if uint64(n) == cfg.crashAnswer {
+				crash(unix.SIGSEGV)
+			}
+		}
+	}
 	e, err := fakeenvoy.Start(opts)
 	if err != nil {
 		critical(err.Error())

@@ -250,6 +250,28 @@ func TestCrashDiesOfSIGSEGV(t *testing.T) {
 	}
 }
 
+// The crash comes at an event, not a time: once the listeners have sent
+// their second answer, which its client gets whole.
+func TestCrashAfterAnswers(t *testing.T) {
+	t.Parallel()
+	p := start(t, "--listener", "in=127.0.0.1:0", "--crash-after-answers", "2")
+	admin := p.live()
+	_, listeners, err := get(admin, "GET", "/listeners", 5*time.Second)
+	_, addr, ok := strings.Cut(strings.TrimSpace(listeners), "::")
+	if err != nil || !ok {
+		t.Fatalf("/listeners: %q %v", listeners, err)
+	}
+	// The second answer shows that the first did not end it.
+	for i := 1; i <= 2; i++ {
+		if code, body, err := get(addr, "GET", "/hello", 5*time.Second); err != nil || code != 200 || body != "fake-envoy listener in\n" {
+			t.Fatalf("answer %d: %d %q %v", i, code, body, err)
+		}
+	}
+	if ws := p.exited(5 * time.Second); !ws.Signaled() || ws.Signal() != unix.SIGSEGV {
+		t.Fatalf("status %v, want death by SIGSEGV (139)", ws)
+	}
+}
+
 func TestHangOnTermDiesOnlyToSIGKILL(t *testing.T) {
 	t.Parallel()
 	p := start(t, "--hang-on-term")

@@ -9,8 +9,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/scripts/internal/testjson"
 )
 
 func main() {
@@ -51,15 +51,6 @@ func main() {
 	}
 }
 
-// event is one line of test2json's output.
-type event struct {
-	Action  string
-	Package string
-	Test    string
-	Elapsed float64
-	Output  string
-}
-
 type counts struct{ pass, skip, fail int }
 
 type summary struct {
@@ -85,20 +76,10 @@ func newSummary(w io.Writer) *summary {
 }
 
 func (s *summary) read(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var e event
-		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
-			fmt.Fprintf(s.w, "%s\n", line) // not test2json's: pass it on
-			continue
-		}
-		s.event(e)
-	}
+	testjson.Read(r, s.event, func(line []byte) { fmt.Fprintf(s.w, "%s\n", line) }) //nolint:errcheck // a cut pipe ends go test too
 }
 
-func (s *summary) event(e event) {
+func (s *summary) event(e testjson.Event) {
 	key := e.Package + " " + e.Test
 	c := s.counts[e.Package]
 	if c == nil {
@@ -135,7 +116,7 @@ func (s *summary) event(e event) {
 	}
 }
 
-func (s *summary) packageDone(e event, c *counts) {
+func (s *summary) packageDone(e testjson.Event, c *counts) {
 	if e.Action == "fail" {
 		s.unfinished(e.Package, c)
 	}

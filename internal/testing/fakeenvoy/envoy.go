@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -110,6 +111,11 @@ type Options struct {
 	// HangOnQuit makes /quitquitquit answer OK without shutting anything down: a proxy
 	// stuck in its shutdown. Quit still fires.
 	HangOnQuit bool
+	// OnAnswered runs after each response a data listener has sent (flushed
+	// to the connection: an HTTP/1 response whole, an HTTP/2 stream but for
+	// its end), with the number sent so far, on the request's goroutine: a
+	// fixture can fail at that event, after an HTTP/1 client has its answer.
+	OnAnswered func(n int64)
 	// OnInit runs once, synchronously, just before the server first reports LIVE. Envoy
 	// installs its signal handlers before it can answer LIVE, so the binary installs its
 	// own here and no client can see LIVE while a signal would still kill the process.
@@ -127,6 +133,7 @@ type Envoy struct {
 	adminCx   cxStats
 	admin     []adminHandler // sorted by path
 	up        upstreams
+	answered  atomic.Int64 // responses sent whole, for OnAnswered
 
 	mu       sync.Mutex
 	phase    initPhase

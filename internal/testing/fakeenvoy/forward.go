@@ -96,6 +96,12 @@ func (l *dataListener) serveRequest(c *dataConn, w http.ResponseWriter, r *http.
 	if r.ProtoMajor >= 2 {
 		c.h2.Store(true)
 	}
+	l.route(c, w, r)
+	l.answered(w)
+}
+
+// route answers a request by the listener's routes.
+func (l *dataListener) route(c *dataConn, w http.ResponseWriter, r *http.Request) {
 	if l.cfg.Routes == nil {
 		io.Copy(io.Discard, r.Body)
 		l.respond(c, w, r, http.StatusOK, fmt.Sprintf("fake-envoy listener %s\n", l.cfg.Name))
@@ -122,6 +128,15 @@ func (l *dataListener) serveRequest(c *dataConn, w http.ResponseWriter, r *http.
 		l.forwardUpgrade(c, w, r, rt)
 	default:
 		l.forward(c, w, r, rt)
+	}
+}
+
+// answered counts a response the handler has finished (a forward cut
+// mid-body panics past it), once it is out: OnAnswered may end the process.
+func (l *dataListener) answered(w http.ResponseWriter) {
+	http.NewResponseController(w).Flush() //nolint:errcheck // a gone client's answer counts the same
+	if n := l.e.answered.Add(1); l.e.opts.OnAnswered != nil {
+		l.e.opts.OnAnswered(n)
 	}
 }
 

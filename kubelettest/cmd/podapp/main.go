@@ -4,6 +4,10 @@
 // first that ends the program gives its code:
 //
 //	get URL            one HTTP GET, which must answer 200 (exit 7 otherwise)
+//	watch PATH         remember the file at PATH (exit 2 if there is none)
+//	until-replaced     wait until the watched file is removed or replaced by
+//	                   another, for up to a minute (exit 8 otherwise): a
+//	                   supervisor's socket goes when it exits
 //	fail-once FILE N   exit N unless FILE exists, creating it first
 //	exit N             exit N
 //	sleep D            sleep for the duration D
@@ -34,7 +38,7 @@ func main() {
 }
 
 // arity is the number of arguments of each step.
-var arity = map[string]int{"get": 1, "fail-once": 2, "exit": 1, "sleep": 1, "serve": 1, "listen": 1}
+var arity = map[string]int{"get": 1, "watch": 1, "until-replaced": 0, "fail-once": 2, "exit": 1, "sleep": 1, "serve": 1, "listen": 1}
 
 func run(args []string) int {
 	for len(args) > 0 {
@@ -69,6 +73,15 @@ func do(step string, arg []string) (int, error) {
 	switch step {
 	case "get":
 		return get(arg[0])
+	case "watch":
+		fi, err := os.Stat(arg[0])
+		if err != nil {
+			return 2, err
+		}
+		watched, watchedPath = fi, arg[0]
+		return -1, nil
+	case "until-replaced":
+		return untilReplaced()
 	case "fail-once":
 		code, err := strconv.Atoi(arg[1])
 		if err != nil {
@@ -108,6 +121,27 @@ func do(step string, arg []string) (int, error) {
 			time.Sleep(time.Hour)
 		}
 	}
+}
+
+// watched is the file the watch step saw at watchedPath.
+var (
+	watched     os.FileInfo
+	watchedPath string
+)
+
+func untilReplaced() (int, error) {
+	if watched == nil {
+		return 2, errors.New("no watch step before it")
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// A file system may give a new file the inode number of one just
+		// removed: its times tell them apart.
+		if fi, err := os.Stat(watchedPath); err != nil || !os.SameFile(fi, watched) || !fi.ModTime().Equal(watched.ModTime()) {
+			fmt.Printf("podapp: %s was replaced or removed\n", watchedPath)
+			return -1, nil
+		}
+	}
+	return 8, fmt.Errorf("%s was still the same file after a minute", watchedPath)
 }
 
 func get(url string) (int, error) {
