@@ -225,8 +225,12 @@ func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 func (s *Supervisor) learnDrainCall(group context.Context) {
 	ctx, cancel := context.WithTimeout(group, time.Second)
 	defer cancel()
-	if call, known := s.drainCallFor(ctx); !known && group.Err() == nil {
-		s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one until it is read",
-			"call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
+	call, known := s.drainCallFor(ctx)
+	// A proxy being stopped stops answering: that says nothing of its
+	// release, and no drain will need the call.
+	if phase, _ := s.life.current(); known || group.Err() != nil || phase >= Stopping {
+		return
 	}
+	s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one until it is read",
+		"call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
 }
