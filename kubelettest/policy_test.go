@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,52 +87,22 @@ func (c *cluster) applyAdmissionPolicies() error {
 			return fmt.Errorf("the API server does not serve admissionregistration.k8s.io/v1 %s", r)
 		}
 	}
-	strict := metav1.CreateOptions{FieldValidation: "Strict"}
-	a := c.client.AdmissionregistrationV1()
-	mutating, err := deployDocs(policyDir + "/mutating-policy.yaml")
-	if err != nil {
-		return err
+	// Sent as written, not through the typed client (which would drop
+	// a field it does not know): the API server's strict decoding is what
+	// checks them.
+	resources := map[string]string{
+		"MutatingAdmissionPolicy": "mutatingadmissionpolicies", "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+		"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 	}
-	validating, err := deployDocs(policyDir + "/validating-policy.yaml")
-	if err != nil {
-		return err
-	}
-	for _, doc := range mutating {
-		switch kind := kindOf(doc); kind {
-		case "MutatingAdmissionPolicy":
-			var p admissionv1.MutatingAdmissionPolicy
-			if err = yaml.UnmarshalStrict(doc, &p); err == nil {
-				_, err = a.MutatingAdmissionPolicies().Create(ctx, &p, strict)
-			}
-		case "MutatingAdmissionPolicyBinding":
-			var b admissionv1.MutatingAdmissionPolicyBinding
-			if err = yaml.UnmarshalStrict(doc, &b); err == nil {
-				_, err = a.MutatingAdmissionPolicyBindings().Create(ctx, &b, strict)
-			}
-		default:
-			err = fmt.Errorf("unexpected %s", kind)
-		}
+	for _, file := range []string{"mutating-policy.yaml", "validating-policy.yaml"} {
+		docs, err := deployDocs(policyDir + "/" + file)
 		if err != nil {
-			return fmt.Errorf("mutating-policy.yaml: %w", err)
+			return err
 		}
-	}
-	for _, doc := range validating {
-		switch kind := kindOf(doc); kind {
-		case "ValidatingAdmissionPolicy":
-			var p admissionv1.ValidatingAdmissionPolicy
-			if err = yaml.UnmarshalStrict(doc, &p); err == nil {
-				_, err = a.ValidatingAdmissionPolicies().Create(ctx, &p, strict)
+		for _, doc := range docs {
+			if err := c.createStrict(ctx, resources[kindOf(doc)], doc, false); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
 			}
-		case "ValidatingAdmissionPolicyBinding":
-			var b admissionv1.ValidatingAdmissionPolicyBinding
-			if err = yaml.UnmarshalStrict(doc, &b); err == nil {
-				_, err = a.ValidatingAdmissionPolicyBindings().Create(ctx, &b, strict)
-			}
-		default:
-			err = fmt.Errorf("unexpected %s", kind)
-		}
-		if err != nil {
-			return fmt.Errorf("validating-policy.yaml: %w", err)
 		}
 	}
 	// In effect once a dry run of a pod that asks is injected, and one
@@ -168,6 +137,23 @@ func deployDocs(manifest string) ([][]byte, error) {
 		}
 	}
 	return docs, nil
+}
+
+// createStrict creates the object of a YAML document as it is written,
+// with fieldValidation=Strict: a field the API does not have is an error.
+func (c *cluster) createStrict(ctx context.Context, resource string, doc []byte, dryRun bool) error {
+	if resource == "" {
+		return fmt.Errorf("not an admission policy or binding: %s", kindOf(doc))
+	}
+	body, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return err
+	}
+	req := c.client.AdmissionregistrationV1().RESTClient().Post().Resource(resource).Param("fieldValidation", "Strict").Body(body)
+	if dryRun {
+		req = req.Param("dryRun", "All")
+	}
+	return req.Do(ctx).Error()
 }
 
 func kindOf(doc []byte) string {
@@ -365,22 +351,9 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p admissionv1.MutatingAdmissionPolicy
-		if err := yaml.UnmarshalStrict(docs[0], &p); err != nil {
-			t.Fatal(err)
-		}
-		p.Name = "proxy-supervisor-strict-probe"
-		body, err := yaml.Marshal(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body = []byte(strings.Replace(string(body), "spec:\n", "spec:\n  reinvocationPolicyy: Never\n", 1))
-		js, err := yaml.YAMLToJSON(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = c.client.AdmissionregistrationV1().RESTClient().Post().Resource("mutatingadmissionpolicies").
-			Param("fieldValidation", "Strict").Param("dryRun", "All").Body(js).Do(ctx).Error()
+		probe := strings.Replace(string(docs[0]), "name: proxy-supervisor-inject\n", "name: proxy-supervisor-strict-probe\n", 1)
+		probe = strings.Replace(probe, "\nspec:\n", "\nspec:\n  reinvocationPolicyy: Never\n", 1)
+		err = c.createStrict(ctx, "mutatingadmissionpolicies", []byte(probe), true)
 		if err == nil || !strings.Contains(err.Error(), `unknown field "spec.reinvocationPolicyy"`) {
 			t.Fatalf("a policy with an unknown field: %v, want it refused", err)
 		}
