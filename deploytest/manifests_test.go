@@ -299,6 +299,14 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 				}
 				native := ct.init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 				p = &proxy{c: c, native: native, flags: flags}
+				// A native sidecar installs before its postStart wait lets
+				// the app start.
+				if dir := flags["install"]; dir != "" {
+					if !native {
+						t.Errorf("%s: --install in a classic sidecar: the app may start before the copy", where)
+					}
+					installed = append(installed, installedPaths(t, spec, c, dir)...)
+				}
 			}
 		}
 	}
