@@ -149,7 +149,8 @@ func (c *cluster) createStrict(ctx context.Context, resource string, doc []byte,
 	if err != nil {
 		return err
 	}
-	req := c.client.AdmissionregistrationV1().RESTClient().Post().Resource(resource).Param("fieldValidation", "Strict").Body(body)
+	req := c.client.AdmissionregistrationV1().RESTClient().Post().Resource(resource).Param("fieldValidation", "Strict").
+		SetHeader("Content-Type", "application/json").Body(body)
 	if dryRun {
 		req = req.Param("dryRun", "All")
 	}
