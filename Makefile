@@ -94,8 +94,9 @@ docs:
 	cd deploytest && $(GO) run ./cmd/seqsvg ../docs/lifecycle.seq > ../docs/lifecycle.svg.tmp
 	mv docs/lifecycle.svg.tmp docs/lifecycle.svg
 
-# The proxy image (Istio's proxyv2 plus the binary) and the client image (the
-# binary alone), for a machine with Docker; docs/images.md. test-kubelet
+# The proxy image (Istio's proxyv2 plus the binary), the client image (the
+# binary alone) and the Envoy image (Envoy plus the binary, the admission
+# policy's sidecar), for a machine with Docker; docs/images.md. test-kubelet
 # builds the same Dockerfiles with buildah (the binary and the Istio image
 # its own) and runs its pods on them.
 # ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
@@ -106,6 +107,8 @@ image:
 		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(VERSION) .
 	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
 		-t $(REGISTRY)/client:$(VERSION) .
+	docker build -f images/envoy.Dockerfile --build-arg VERSION=$(VERSION) \
+		-t $(REGISTRY)/envoy:$(VERSION) .
 
 # Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
 # pattern, the shell loops), then docs/benchmarks.md's generated part and

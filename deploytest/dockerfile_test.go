@@ -160,12 +160,19 @@ func istioVersion(t *testing.T) string {
 	return string(m[1])
 }
 
-func TestClientDockerfile(t *testing.T) {
-	const path = root + "/images/client.Dockerfile"
+// finalStage is the Dockerfile's final stage, once linted, and checked to
+// be FROM base.
+func finalStage(t *testing.T, path, base, why string) instructions.Stage {
+	t.Helper()
 	final := last(lintDockerfile(t, path))
-	if final.BaseName != "scratch" {
-		t.Errorf("final stage FROM %s, want scratch: the static binary alone", final.BaseName)
+	if final.BaseName != base {
+		t.Errorf("%s: final stage FROM %s, want %s: %s", path, final.BaseName, base, why)
 	}
+	return final
+}
+
+func TestClientDockerfile(t *testing.T) {
+	final := finalStage(t, root+"/images/client.Dockerfile", "scratch", "the static binary alone")
 	users := commandsOf[*instructions.UserCommand](final)
 	if len(users) != 1 || strings.HasPrefix(users[0].User, "0") || strings.HasPrefix(users[0].User, "root") {
 		t.Errorf("USER %+v, want one non-root numeric user", users)
@@ -173,5 +180,24 @@ func TestClientDockerfile(t *testing.T) {
 	eps := commandsOf[*instructions.EntrypointCommand](final)
 	if len(eps) != 1 || !slices.Equal(eps[0].CmdLine, []string{"/proxy-supervisor"}) {
 		t.Errorf("ENTRYPOINT %+v, want [/proxy-supervisor], the path the manifests' install containers run", eps)
+	}
+}
+
+// The Envoy image is the admission policy's one sidecar container: Envoy's
+// own image with the binary where the policy runs it, beside envoy.
+func TestEnvoyDockerfile(t *testing.T) {
+	final := finalStage(t, root+"/images/envoy.Dockerfile", "${ENVOY_IMAGE}:${ENVOY_VERSION}", "Envoy's image")
+	copies := commandsOf[*instructions.CopyCommand](final)
+	if len(copies) != 1 || copies[0].DestPath != proxyBinary {
+		t.Errorf("final stage copies %+v, want the binary at %s", copies, proxyBinary)
+	}
+	policy, err := os.ReadFile(root + "/deploy/admission-policy/mutating-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"'" + proxyBinary + "', 'supervise'", "'/usr/local/bin/envoy'"} {
+		if !strings.Contains(string(policy), want) {
+			t.Errorf("the mutating policy does not run %s, where the Envoy image has it", want)
+		}
 	}
 }

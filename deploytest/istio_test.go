@@ -189,7 +189,8 @@ func TestIstioInjection(t *testing.T) {
 			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
 				"--extra-ready-url=http://127.0.0.1:15020/healthz/ready"}
 			if tt.native {
-				want = append(want, "--native-sidecar")
+				// One container: it installs the binary itself.
+				want = append(want, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
 			}
 			want = append(want, "--", "/usr/local/bin/pilot-agent")
 			if !slices.Equal(proxy.Command, want) {
@@ -274,10 +275,18 @@ func TestIstioInjection(t *testing.T) {
 				t.Errorf("control volume %+v, want a tmpfs emptyDir", control)
 			}
 			install := find(spec.InitContainers, "proxy-supervisor-install")
-			if install == nil || install.Image != proxy.Image {
+			switch {
+			case tt.native && install != nil:
+				t.Errorf("native mode: an install init container %+v; istio-proxy installs the binary itself", install)
+			case tt.native:
+				if m := mountOf(proxy, "proxy-supervisor-bin"); m == nil || m.ReadOnly || m.MountPath != "/opt/proxy-supervisor" {
+					t.Errorf("native istio-proxy mounts the binary's volume at %+v, want it writable at /opt/proxy-supervisor", m)
+				}
+			case install == nil || install.Image != proxy.Image:
 				t.Fatalf("install init container %+v, want one running the proxy image", install)
+			default:
+				checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)
 			}
-			checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)
 			app := find(spec.Containers, "job")
 			if m := mountOf(app, "proxy-supervisor"); m == nil || m.MountPath != "/var/run/proxy-supervisor" {
 				t.Errorf("app mounts the control dir at %+v", m)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -62,21 +63,11 @@ func deployDocs(t *testing.T) []document {
 			if err := yaml.Unmarshal([]byte(part), &meta); err != nil {
 				t.Fatalf("%s #%d: %v", f, i, err)
 			}
-			var obj any
-			switch meta.APIVersion + " " + meta.Kind {
-			case "batch/v1 Job":
-				obj = &batchv1.Job{}
-			case "batch/v1 CronJob":
-				obj = &batchv1.CronJob{}
-			case "apps/v1 Deployment":
-				obj = &appsv1.Deployment{}
-			case "v1 Service":
-				obj = &corev1.Service{}
-			case "v1 ConfigMap":
-				obj = &corev1.ConfigMap{}
-			default:
+			newObj, ok := deployTypes[meta.APIVersion+" "+meta.Kind]
+			if !ok {
 				t.Fatalf("%s #%d: unexpected %s %s", f, i, meta.APIVersion, meta.Kind)
 			}
+			obj := newObj()
 			if err := yaml.UnmarshalStrict([]byte(part), obj); err != nil {
 				t.Errorf("%s #%d (%s): %v", f, i, meta.Kind, err)
 				continue
@@ -85,6 +76,20 @@ func deployDocs(t *testing.T) []document {
 		}
 	}
 	return docs
+}
+
+// deployTypes are the API types of the objects deploy/ may hold, by
+// "apiVersion kind".
+var deployTypes = map[string]func() any{
+	"batch/v1 Job":       func() any { return &batchv1.Job{} },
+	"batch/v1 CronJob":   func() any { return &batchv1.CronJob{} },
+	"apps/v1 Deployment": func() any { return &appsv1.Deployment{} },
+	"v1 Service":         func() any { return &corev1.Service{} },
+	"v1 ConfigMap":       func() any { return &corev1.ConfigMap{} },
+	"admissionregistration.k8s.io/v1 MutatingAdmissionPolicy":          func() any { return &admissionv1.MutatingAdmissionPolicy{} },
+	"admissionregistration.k8s.io/v1 MutatingAdmissionPolicyBinding":   func() any { return &admissionv1.MutatingAdmissionPolicyBinding{} },
+	"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
+	"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 }
 
 func stripComments(s string) string {
@@ -109,9 +114,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	for _, d := range deployDocs(t) {
 		kinds[d.kind]++
 	}
-	// The forms the docs promise: Jobs (Never, OnFailure, native, Istio),
-	// a CronJob, a Deployment and its Service, Envoy's configuration.
-	for kind, n := range map[string]int{"Job": 4, "CronJob": 1, "Deployment": 1, "Service": 1, "ConfigMap": 1} {
+	// The forms the docs promise: Jobs (Never, OnFailure, native, Istio,
+	// injected), a CronJob, a Deployment and its Service, Envoy's
+	// configuration, and the admission policies and their bindings.
+	for kind, n := range map[string]int{"Job": 5, "CronJob": 1, "Deployment": 1, "Service": 1, "ConfigMap": 1,
+		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1} {
 		if kinds[kind] < n {
 			t.Errorf("%d %s manifests, want at least %d", kinds[kind], kind, n)
 		}
@@ -130,8 +137,8 @@ func TestManifests(t *testing.T) {
 	n := 0
 	for _, d := range docs {
 		tpl := podOf(d)
-		if tpl == nil || strings.HasPrefix(d.file, "istio/") {
-			continue // Istio's pods are checked after injection
+		if tpl == nil || strings.HasPrefix(d.file, "istio/") || strings.HasPrefix(d.file, "admission-policy/") {
+			continue // checked after injection: Istio's here, the policy's by the API server (kubelettest)
 		}
 		n++
 		t.Run(d.file, func(t *testing.T) {
@@ -292,6 +299,14 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 				}
 				native := ct.init && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 				p = &proxy{c: c, native: native, flags: flags}
+				// A native sidecar installs before its postStart wait lets
+				// the app start.
+				if dir := flags["install"]; dir != "" {
+					if !native {
+						t.Errorf("%s: --install in a classic sidecar: the app may start before the copy", where)
+					}
+					installed = append(installed, installedPaths(t, spec, c, dir)...)
+				}
 			}
 		}
 	}

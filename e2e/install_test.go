@@ -67,3 +67,45 @@ echo ok
 		t.Errorf("installed binary: %v, %v; want mode -rwxr-xr-x", fi, err)
 	}
 }
+
+// A native sidecar that installs the binary itself (supervise --install):
+// by the time wait returns, which is when the kubelet starts the app, the
+// binary is in the volume whole, mode 0755, runnable by the app, and no
+// temp file of the copy is left where an app could run it.
+func TestSuperviseInstallsBeforeReady(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	dir := filepath.Join(p.dir, "bin") // not created: a fresh emptyDir
+	sup := p.supervise([]string{"--install", dir})
+	if code, out := p.client(soon, nil, "wait", "--control-dir", p.dir, "--timeout", "30s"); code != 0 {
+		t.Fatalf("wait: %d: %s\n%s", code, out, sup.Out.String())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "proxy-supervisor" {
+		t.Fatalf("%s holds %v (%v), want proxy-supervisor alone", dir, entries, err)
+	}
+	dst := filepath.Join(dir, "proxy-supervisor")
+	if fi, err := os.Stat(dst); err != nil || fi.Mode() != 0o755 {
+		t.Fatalf("installed binary: %v, %v; want mode -rwxr-xr-x", fi, err)
+	}
+	if out, err := exec.Command(dst, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "proxy-supervisor ") {
+		t.Fatalf("the installed binary: %v: %s", err, out)
+	}
+	log := sup.Out.String()
+	if i, j := strings.Index(log, `msg=installed path=`+dst), strings.Index(log, `msg="proxy started"`); i < 0 || j < i {
+		t.Fatalf("want the install logged before the proxy started:\n%s", log)
+	}
+}
+
+// An install that fails stops the supervisor before the proxy starts, exit
+// 1, with the reason in the termination message: the sidecar is restarted
+// and the app, held by the postStart wait, never runs without the binary.
+func TestSuperviseInstallFails(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	var dir string
+	msg := p.failsBeforeProxy(func(file string) []string { dir = file + "/bin"; return []string{"--install", dir} })
+	if want := "error: --install " + dir + ": "; !strings.Contains(msg, want) || !strings.Contains(msg, "not a directory") {
+		t.Fatalf("termination message %q, want %q and why", msg, want)
+	}
+}

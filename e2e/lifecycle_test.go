@@ -119,27 +119,36 @@ func TestCommandNotFoundOrNotExecutable(t *testing.T) {
 func TestUnusableControlDirInTheTerminationMessage(t *testing.T) {
 	t.Parallel()
 	p := newPod(t)
+	msg := p.failsBeforeProxy(func(file string) []string { return []string{"--control-dir", file + "/sub"} })
+	if want := "proxy-supervisor: exit 1 (nothing decided); never ready; error: completion records: "; !strings.HasPrefix(msg, want) || !strings.Contains(msg, "not a directory") {
+		t.Fatalf("termination message %q, want it to start %q and say why", msg, want)
+	}
+}
+
+// failsBeforeProxy runs a supervisor whose flags (given a regular file in
+// the volume to trip on) make its setup fail, asserts that it exits 1
+// without starting the proxy, and returns its termination message.
+func (p *pod) failsBeforeProxy(flags func(file string) []string) string {
+	p.t.Helper()
 	file, msg := p.dir+"/a-file", p.dir+"/termination-log"
 	for _, f := range []string{file, msg} {
 		if err := writeFile(f, "", 0o644); err != nil {
-			t.Fatal(err)
+			p.t.Fatal(err)
 		}
 	}
-	pr := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", file+"/sub",
-		"--termination-log", msg, "--health-addr", "", "--", bin.envoy)
+	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir}, flags(file)...)
+	pr := p.start("supervisor", true, nil, append(argv, "--termination-log", msg, "--health-addr", "", "--", bin.envoy)...)
 	if code := pr.Exit(soon); code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, pr.Out.String())
+		p.t.Fatalf("exit %d, want 1:\n%s", code, pr.Out.String())
+	}
+	if strings.Contains(pr.Out.String(), "proxy started") {
+		p.t.Fatalf("the proxy was started:\n%s", pr.Out.String())
 	}
 	b, err := os.ReadFile(msg)
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
-	if want := "proxy-supervisor: exit 1 (nothing decided); never ready; error: completion records: "; !strings.HasPrefix(string(b), want) || !strings.Contains(string(b), "not a directory") {
-		t.Fatalf("termination message %q, want it to start %q and say why", b, want)
-	}
-	if strings.Contains(pr.Out.String(), "proxy started") {
-		t.Fatalf("the proxy was started:\n%s", pr.Out.String())
-	}
+	return string(b)
 }
 
 // exec starts COMMAND with a bare fork and exec (not os/exec), and still

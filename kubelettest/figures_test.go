@@ -69,6 +69,10 @@ func podForms() []podForm {
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
 				return podFrom(t, "job-native-sidecar.yaml", name, app...)
 			}, bounds: ours},
+		{key: "native-one", subject: "proxy-supervisor, native sidecar, one container (supervise --install, no install init container), exec app", proxy: "envoy", app: "job", supervised: true,
+			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
+				return oneContainer(t, podFrom(t, "job-native-sidecar.yaml", name, app...))
+			}, bounds: ours},
 		{key: "native-3p", subject: "proxy-supervisor, native sidecar, third-party app (no exec)", proxy: "envoy", app: "job", supervised: true,
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
 				p := podFrom(t, "job-native-sidecar.yaml", name, app...)
@@ -127,6 +131,30 @@ func podForms() []podForm {
 	}
 }
 
+// oneContainer makes a native form's pod one container per sidecar, as
+// the admission policy injects it: no install init container; the proxy's
+// image holds the binary (the suite's Envoy image, as
+// images/envoy.Dockerfile), and supervise --install copies it into the
+// shared volume before the proxy starts, so its postStart wait returns
+// only once the app can run it. It returns the pod.
+func oneContainer(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "install" })
+	c := container(p, "envoy")
+	if c == nil || len(p.Spec.InitContainers) != 1 || c.Command[1] != "supervise" {
+		t.Fatalf("not a native form: %+v", p.Spec.InitContainers)
+	}
+	const self = "/usr/local/bin/proxy-supervisor"
+	c.Command = slices.Concat([]string{self, "supervise", "--install=/opt/proxy-supervisor/bin"}, c.Command[2:])
+	c.Lifecycle.PostStart.Exec.Command[0], c.Lifecycle.PreStop.Exec.Command[0] = self, self
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].Name == "bin" {
+			c.VolumeMounts[i].ReadOnly = false
+		}
+	}
+	return p
+}
+
 // nativeIstio moves the pod's istio-proxy into the init containers, after
 // the install container, as a native sidecar, and returns it.
 func nativeIstio(t *testing.T, p *corev1.Pod) *corev1.Container {
@@ -145,8 +173,8 @@ func nativeIstio(t *testing.T, p *corev1.Pod) *corev1.Container {
 
 // podFigures are one form's measurements, each a list over the runs.
 type podFigures struct {
-	readyToApp, appToProxy, ourShare, appToPhase, deleteToGone, deleteAppToProxy, deleteOurShare []time.Duration
-	unhealthy                                                                                    int // Unhealthy events of the Job runs
+	createToApp, readyToApp, appToProxy, ourShare, appToPhase, deleteToGone, deleteAppToProxy, deleteOurShare []time.Duration
+	unhealthy                                                                                                 int // Unhealthy events of the Job runs
 }
 
 // TestPodFigures runs a Job's pod of each form to its end, and a second one
@@ -174,7 +202,8 @@ func TestPodFigures(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					g := got[f.key]
-					g.readyToApp, g.appToProxy, g.appToPhase = append(g.readyToApp, j.readyToApp), append(g.appToProxy, j.appToProxy), append(g.appToPhase, j.appToPhase)
+					g.createToApp, g.readyToApp = append(g.createToApp, j.createToApp), append(g.readyToApp, j.readyToApp)
+					g.appToProxy, g.appToPhase = append(g.appToProxy, j.appToProxy), append(g.appToPhase, j.appToPhase)
 					if f.supervised {
 						g.ourShare = append(g.ourShare, j.ourShare)
 					}
@@ -198,6 +227,7 @@ func TestPodFigures(t *testing.T) {
 		name string
 		of   func(*podFigures) []time.Duration
 	}{
+		{"pod in a real kubelet: pod created (manifest written) → app container started", func(g *podFigures) []time.Duration { return g.createToApp }},
 		{"pod in a real kubelet: proxy ready → app container started", func(g *podFigures) []time.Duration { return g.readyToApp }},
 		{"pod in a real kubelet: app exit → proxy exit (a Job's end)", func(g *podFigures) []time.Duration { return g.appToProxy }},
 		{"pod in a real kubelet: the later of app exit and the kubelet's SIGTERM to the proxy → proxy exit (a Job's end; the supervisor's share)", func(g *podFigures) []time.Duration { return g.ourShare }},
@@ -234,8 +264,8 @@ func rowLine(section, subject string, v []time.Duration) string {
 
 // jobRun is one Job pod's figures.
 type jobRun struct {
-	readyToApp, appToProxy, ourShare, appToPhase time.Duration
-	unhealthy                                    int
+	createToApp, readyToApp, appToProxy, ourShare, appToPhase time.Duration
+	unhealthy                                                 int
 }
 
 // jobFigures runs a Job's pod of form f whose app gets its answer through
@@ -249,6 +279,7 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 		ready = n.pollReady(t, name, 15020)
 	}
 	phase := n.watchPhase(t, name)
+	created := time.Now()
 	n.run(t, pod)
 	p := n.waitPhase(t, name, jobTimeout, corev1.PodSucceeded)
 	ids := containerIDs(t, p)
@@ -270,10 +301,11 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 	}
 	appExit, proxyExit := times[f.app].finished(), times[f.proxy].finished()
 	j := jobRun{
-		readyToApp: app.started().Sub(readyAt),
-		appToProxy: proxyExit.Sub(appExit),
-		ourShare:   proxyExit.Sub(later(appExit, signaled)),
-		appToPhase: (<-phase).Sub(appExit),
+		createToApp: app.started().Sub(created),
+		readyToApp:  app.started().Sub(readyAt),
+		appToProxy:  proxyExit.Sub(appExit),
+		ourShare:    proxyExit.Sub(later(appExit, signaled)),
+		appToPhase:  (<-phase).Sub(appExit),
 	}
 	proxy, err := n.criStatus(ids[f.proxy])
 	if err != nil {
@@ -290,8 +322,8 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 	if f.supervised {
 		share = fmt.Sprintf(" (the supervisor's share %s)", j.ourShare.Round(time.Millisecond))
 	}
-	t.Logf("%s: proxy ready → app started %s, app exit → proxy exit %s%s, app exit → Succeeded %s, %d Unhealthy events", f.key,
-		j.readyToApp.Round(time.Millisecond), j.appToProxy.Round(time.Millisecond), share, j.appToPhase.Round(time.Millisecond), j.unhealthy)
+	t.Logf("%s: created → app started %s, proxy ready → app started %s, app exit → proxy exit %s%s, app exit → Succeeded %s, %d Unhealthy events", f.key,
+		j.createToApp.Round(time.Millisecond), j.readyToApp.Round(time.Millisecond), j.appToProxy.Round(time.Millisecond), share, j.appToPhase.Round(time.Millisecond), j.unhealthy)
 	// The order holds on any machine: the app starts after the proxy is
 	// ready (the supervisor logs its readiness just after it answers the
 	// gate, hence 50 ms), the proxy exits after the app and the phase

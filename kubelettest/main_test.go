@@ -174,8 +174,12 @@ func buildImages(agent pilotAgent) ([]string, error) {
 	images := []image{
 		{pauseImage, []imageFile{{bin("pause"), "pause"}}, []string{"/pause"}},
 		{clientImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}}, []string{"/proxy-supervisor"}},
-		// podapp, for hooks that wait before they run (podapp's exec step).
-		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}, {bin("podapp"), "podapp"}}, []string{"/proxy-supervisor"}},
+		// podapp, for hooks that wait before they run (podapp's exec step);
+		// the binary and the fake also where images/envoy.Dockerfile has the
+		// binary and Envoy's image has envoy: the admission policy's one
+		// container runs them there.
+		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}, {bin("podapp"), "podapp"},
+			{bin("proxy-supervisor"), "usr/local/bin/proxy-supervisor"}, {bin("fake-envoy"), "usr/local/bin/envoy"}}, []string{"/proxy-supervisor"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
 	}
 	// What the shipped images are built from: the binary and the Istio

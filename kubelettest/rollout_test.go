@@ -34,6 +34,10 @@ const (
 	// without this project, pilot-agent the entrypoint with its default
 	// termination drain (5 s), no hook.
 	pilotAgentOnly proxyForm = "pilot-agent"
+	// policy is deployment.yaml without its proxy, asking the admission
+	// policy for one (deploy/admission-policy/): the API server injects
+	// its one native sidecar.
+	policy proxyForm = "policy"
 )
 
 // envoyConfigOnce creates deploy/envoy-sidecar/envoy-config.yaml's
@@ -90,6 +94,13 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 		}
 	}
 	switch form {
+	case policy:
+		spec.InitContainers = nil
+		spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
+		spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "bin" || v.Name == "control" || v.Name == "envoy-config" || v.Name == "envoy-admin"
+		})
+		askInjection(&d.Spec.Template.ObjectMeta)
 	case native:
 		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
 		envoy := spec.Containers[i]
@@ -255,6 +266,7 @@ func TestClusterRollout(t *testing.T) {
 	}{
 		{"roll-classic", classic, 0, 5 * time.Second, false},
 		{"roll-native", native, 0, 5 * time.Second, false},
+		{"roll-policy", policy, 0, 5 * time.Second, false},
 		{"roll-classic-long", classic, 0, 8 * time.Second, true},
 		{"roll-native-long", native, 0, 8 * time.Second, true},
 		// The app listens 3 s after it starts: the form's readiness probe
@@ -273,6 +285,9 @@ func TestClusterRollout(t *testing.T) {
 			c := theNode.cluster
 			ctx := context.Background()
 			c.envoyConfig(t)
+			if tc.form == policy {
+				c.admissionPolicies(t)
+			}
 			d := deploymentFrom(t, tc.name, 3, tc.form, tc.startup, tc.preStop)
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "default"},
@@ -291,6 +306,9 @@ func TestClusterRollout(t *testing.T) {
 			})
 			if err := proctest.Poll(3*time.Minute, func() error { return c.rolledOut(ctx, tc.name) }); err != nil {
 				t.Fatalf("not available after 3m: %v", err)
+			}
+			if tc.form == policy {
+				c.wantDeploymentInjected(t, tc.name)
 			}
 			path := func(i int) string {
 				if tc.slow && i%10 == 5 {
@@ -336,6 +354,9 @@ func TestClusterRollout(t *testing.T) {
 			}
 			took := time.Since(start)
 			theReport.phase(t, "rolled twice")
+			if tc.form == policy {
+				c.wantDeploymentInjected(t, tc.name)
+			}
 			stopLoad()
 			<-loaded
 			sent, ok, _ := l.counts()

@@ -63,7 +63,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	cfg.Log = newLogger(logw, o.logFormat.val)
 	cfg.Signals = sigs
 	o.logStart(cfg.Log)
-	return supervised(cfg)
+	return supervised(cfg, *o.install)
 }
 
 // superviseOptions are supervise's flags, as parsed; config checks them
@@ -84,6 +84,7 @@ type superviseOptions struct {
 	envoyDeath             *bool
 	termLog                *string
 	logFormat              *choice
+	install                *string
 
 	// Set by config, for logStart.
 	policy  peers.Restart
@@ -123,6 +124,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.termLog = f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
 	o.logFormat = &choice{"text", []string{"text", "json"}}
 	f.fs.Var(o.logFormat, "log-format", "log format: text or json")
+	o.install = f.fs.String("install", "", "copy this binary into `DIR` (as install DIR does) before the proxy starts, so that a native sidecar's postStart wait returns only once the app containers can run it: no install init container; empty: none")
 	return f, o
 }
 
@@ -262,11 +264,18 @@ func (o *superviseOptions) logStart(log *slog.Logger) {
 	}
 }
 
-// supervised runs the supervisor until the proxy has exited and returns
-// its exit code.
-func supervised(cfg supervise.Config) int {
-	s, err := supervise.New(cfg)
+// supervised installs the binary into installDir (unless it is ""), runs
+// the supervisor until the proxy has exited and returns its exit code.
+// The install comes before the proxy starts: a native sidecar's postStart
+// wait holds the app until the proxy is ready, so the app never finds the
+// directory without the binary.
+func supervised(cfg supervise.Config, installDir string) int {
 	code := 1
+	var s *supervise.Supervisor
+	err := installBefore(cfg.Log, installDir)
+	if err == nil {
+		s, err = supervise.New(cfg)
+	}
 	if err != nil {
 		supervise.WriteFailure(cfg, code, err)
 	} else {
@@ -280,6 +289,18 @@ func supervised(cfg supervise.Config) int {
 	}
 	cfg.Log.Info("supervisor exiting", "exit_code", code)
 	return code
+}
+
+func installBefore(log *slog.Logger, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	dst, err := install(dir)
+	if err != nil {
+		return fmt.Errorf("--install %s: %w", dir, err)
+	}
+	log.Info("installed", "path", dst)
+	return nil
 }
 
 func restartNames() []string {

@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+
+# The Envoy image: Envoy's own image with proxy-supervisor added at
+# /usr/local/bin/proxy-supervisor, beside /usr/local/bin/envoy. It is the
+# one container of a native sidecar (the admission policy's, in
+# deploy/admission-policy/): `supervise --install DIR` copies the binary
+# into the volume the app containers mount, so no install init container
+# (and no client image) is needed. Build it from the repository root:
+#
+#   make image                                  # every image
+#   docker build -f images/envoy.Dockerfile --build-arg ENVOY_VERSION=v1.38-latest .
+ARG ENVOY_IMAGE=envoyproxy/envoy
+ARG ENVOY_VERSION=v1.38-latest
+ARG GO_VERSION=1.26
+# BINARY is where the binary comes from: the build stage below by default,
+# or an image holding it at /out/proxy-supervisor.
+ARG BINARY=build
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY cmd ./cmd
+COPY internal ./internal
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    -o /out/proxy-supervisor ./cmd/proxy-supervisor
+
+FROM ${BINARY} AS binary
+
+FROM ${ENVOY_IMAGE}:${ENVOY_VERSION}
+COPY --from=binary /out/proxy-supervisor /usr/local/bin/proxy-supervisor
+# Envoy's image runs as root by default and its ENTRYPOINT starts envoy;
+# the policy gives the container its command and runAsUser (101, the
+# image's envoy user), so neither is changed here.
