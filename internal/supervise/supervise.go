@@ -51,6 +51,7 @@ type Config struct {
 
 	DrainMin             time.Duration
 	DrainTimeout         time.Duration
+	DrainDelay           time.Duration // from the drain's start to its close hints
 	DrainInboundOnly     bool
 	DrainHealthcheckFail bool
 	Owner                portwatch.Owner // tells the app's ports and connections from the proxy's
