@@ -163,7 +163,7 @@ func TestStopEscalates(t *testing.T) {
 			at = append(at, time.Since(began))
 		},
 	})
-	if p.exitedWithin(0) {
+	if goneWithin(p.Exited(), 0) {
 		t.Fatal("exited after Start")
 	}
 	mu.Lock()
@@ -197,7 +197,7 @@ func TestStopEscalates(t *testing.T) {
 			t.Errorf("%s %v after the stop request; want %v to %v", b.what, b.at, b.lo, b.hi)
 		}
 	}
-	if !p.exitedWithin(0) {
+	if !goneWithin(p.Exited(), 0) {
 		t.Error("Exited not closed after the exit")
 	}
 	if p.Stop() {

@@ -79,15 +79,6 @@ type lifecycle struct {
 	readied chan struct{} // closed once the first readiness is noted and announced
 }
 
-// decision is the exit code the first decisive event fixed, why, and when.
-// The zero value is no decision yet.
-type decision struct {
-	code    int
-	why     string
-	decided bool
-	at      time.Time
-}
-
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
 	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
@@ -117,16 +108,12 @@ func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 
 // record takes an event. The first decisive one fixes the exit code (as
 // ExitCode would over the whole sequence); the rest change nothing and are
-// dropped, so a signal storm costs no memory.
+// dropped, so a signal storm costs no memory. The one exception, a proxy's
+// own exit in the middle of the drain, is decision.take's.
 func (l *lifecycle) record(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.decision.decided {
-		return
-	}
-	if code, why, ok := decide(e); ok {
-		l.decision = decision{code: code, why: why, decided: true, at: time.Now()}
-	}
+	l.decision = l.decision.take(e, time.Now())
 }
 
 // becameReady records the proxy's first readiness: when, and the move to
@@ -182,6 +169,17 @@ func (l *lifecycle) draining() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.drain != nil
+}
+
+// drainRunning is the termination's drain while the phase is Draining;
+// nil otherwise (none, or the proxy is stopping).
+func (l *lifecycle) drainRunning() *drainRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != Draining {
+		return nil
+	}
+	return l.drain
 }
 
 // beginDrain starts the termination's drain, moving to Draining, or joins

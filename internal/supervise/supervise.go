@@ -327,7 +327,8 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 // waitProxy is the actor whose end ends the group.
 func (s *Supervisor) waitProxy() error {
 	e := s.proc.Wait()
-	s.checkEnvoyAtExit()
+	envoyUp := s.checkEnvoyAtExit()
+	s.holdRemains(e, envoyUp)
 	s.proc.Finish()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
@@ -355,18 +356,58 @@ const envoyProbeMax = 50 * time.Millisecond
 // left in its group is killed. pilot-agent exits 0 within milliseconds of
 // Envoy's death, well inside the tracker's poll of a ready proxy, so the
 // tracker has usually not seen the admin port refuse: a port that refuses
-// now says Envoy died first, and the exit is logged as its death.
-func (s *Supervisor) checkEnvoyAtExit() {
+// now says Envoy died first, and the exit is logged as its death. It
+// reports whether the admin port is still bound: an Envoy outlived the
+// leader.
+func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
-		if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
+		bound, err := s.cfg.Admin.Bound(ctx)
+		if err == nil && !bound {
 			s.life.noteEnvoyDown(time.Now())
 		}
+		envoyUp = err == nil && bound
 	}
 	// Before the group is killed: what the tracker sees after this is the
 	// kill, not a death.
 	s.tracker.Gone("proxy exited")
+	return envoyUp
+}
+
+// holdRemains keeps an Envoy whose leader (pilot-agent) exited by itself
+// in the middle of the drain, until the drain ends: it still carries the
+// app's requests, and killing it with the group would cut them while the
+// app runs and the drain's bound has not passed. pilot-agent 1.28 to 1.30
+// panics when its drain POST fails (istio#60494). The exit is recorded at
+// once, and replaces the deletion's 0 (decision.take). When the drain
+// ends (or what was left exits by itself, or SIGQUIT kills it), what is
+// left is stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
+func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
+	run := s.life.drainRunning()
+	if run == nil {
+		return
+	}
+	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
+	if !envoyUp {
+		return
+	}
+	s.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
+		"pid", s.proc.Pid(), "status", e.String())
+	gone := s.proc.Remains()
+	select {
+	case <-run.done:
+		s.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(run.result.End))
+	case <-gone:
+		s.log.Warn("what the proxy's leader left in its group exited during the drain")
+	}
+	s.life.move(Stopping, "the drain ended after the proxy's leader exited")
+	s.proc.StopLeft(gone)
+	select {
+	case <-gone:
+		s.log.Info("nothing the proxy's leader left in its group runs any more")
+	default: // SIGKILLed; Finish kills it again, and the PID namespace ends with us
+	}
 }
 
 // stop moves to Stopping and starts the proxy's stop sequence, once.

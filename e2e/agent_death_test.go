@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pilot-agent 1.28 to 1.30 panics (exit 2) when its drain POST fails
+// (istio#60494), in the middle of the drain, and leaves its Envoy,
+// reparented to the supervisor, carrying the app's requests. A stand-in
+// agent runs the fake Envoy and exits 2 once the drain has made its call.
+// The request in flight through Envoy is not cut, Envoy still serves new
+// ones while the app runs, and once the app has closed its port (the
+// drain's end) the supervisor stops Envoy itself, exits with the agent's
+// code and says so in its termination message. (Before, the agent's exit
+// killed its group at once: the request in flight was cut.)
+func TestAgentDeathMidDrainKeepsEnvoyUntilTheDrainEnds(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	die, term := p.dir+"/die", p.dir+"/termination-log"
+	if err := os.WriteFile(term, nil, 0o644); err != nil { // the kubelet makes it
+		t.Fatal(err)
+	}
+	agent := fmt.Sprintf(`"$0" "$@" &
+while [ ! -e %s ]; do sleep 0.02; done
+echo "panic: runtime error: invalid memory address or nil pointer dereference" >&2
+exit 2`, die)
+	sup := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022",
+		"--termination-log", term, "--drain-min", "0s", "--", "/bin/sh", "-c", agent, bin.envoy, "--config-yaml", sidecarBootstrap)
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var ln net.Listener
+	if err := p.netns.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:8080"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		io.WriteString(w, "app"+r.URL.Path)
+	})}
+	go app.Serve(ln)
+	t.Cleanup(func() { app.Close() })
+	p.waitHTTP(readyURL, 200, soon)
+
+	slow := make(chan string, 1)
+	go func() {
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: p.netns.Dial}}
+		resp, err := c.Get("http://127.0.0.1:9000/slow")
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		slow <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(soon):
+		t.Fatal("the request through Envoy never reached the app")
+	}
+
+	hook := p.prestop()
+	sup.WaitLog(`msg="listeners drained"`, soon)
+	if err := os.WriteFile(die, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sup.WaitLog("the proxy's leader exited by itself in the middle of the drain", soon)
+	p.stillBlocked(sup, hook, 300*time.Millisecond)
+	if code, body := p.get("http://127.0.0.1:9000/new"); code != 200 || body != "app/new" {
+		t.Fatalf("a new request through Envoy after the agent's death: %d %q", code, body)
+	}
+
+	close(release)
+	if got := <-slow; got != "200 app/slow" {
+		t.Fatalf("the request in flight when the agent died: %s", got)
+	}
+	app.Close() // the app ends: the drain ends
+	if code := sup.Exit(soon); code != 2 {
+		t.Fatalf("supervisor exit %d, want the agent's 2:\n%s", code, sup.Out.String())
+	}
+	if code := hook.Exit(soon); code != 0 || !strings.Contains(hook.Out.String(), "drained") {
+		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
+	}
+	out := sup.Out.String()
+	for _, want := range []string{"drain ended; stopping what the proxy's leader left", "nothing the proxy's leader left in its group runs any more"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the supervisor's log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "escalated to SIGKILL") {
+		t.Errorf("Envoy needed SIGKILL:\n%s", out)
+	}
+	msg, err := os.ReadFile(term)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)"; !strings.Contains(string(msg), want) {
+		t.Errorf("termination message %q, want it to say %q", msg, want)
+	}
+}
