@@ -103,6 +103,8 @@ type Supervisor struct {
 	book   *completion.Book
 	proc   *proxy.Process // forked by Run
 
+	stopping chan struct{} // closed by the one move to Stopping
+
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 }
@@ -127,8 +129,9 @@ func New(cfg Config) (*Supervisor, error) {
 	s := &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Log,
-		scanner: portwatch.NewScanner(cfg.Log),
-		start:   time.Now(),
+		scanner:  portwatch.NewScanner(cfg.Log),
+		start:    time.Now(),
+		stopping: make(chan struct{}),
 	}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
@@ -381,8 +384,9 @@ func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 // app runs and the drain's bound has not passed. pilot-agent 1.28 to 1.30
 // panics when its drain POST fails (istio#60494). The exit is recorded at
 // once, and replaces the deletion's 0 (decision.take). When the drain
-// ends (or what was left exits by itself, or SIGQUIT kills it), what is
-// left is stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
+// ends (or what was left exits by itself, or a stop is asked for: a native
+// sidecar's SIGTERM once the app has gone, SIGQUIT), what is left is
+// stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
 func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
 	run := s.life.drainRunning()
 	if run == nil {
@@ -400,8 +404,9 @@ func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
 		s.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(run.result.End))
 	case <-gone:
 		s.log.Warn("what the proxy's leader left in its group exited during the drain")
+	case <-s.stopping:
 	}
-	s.life.move(Stopping, "the drain ended after the proxy's leader exited")
+	s.stop("the drain ended after the proxy's leader exited")
 	s.proc.StopLeft(gone)
 	select {
 	case <-gone:
@@ -415,6 +420,7 @@ func (s *Supervisor) stop(why string) {
 	if _, ok := s.life.move(Stopping, why); !ok {
 		return
 	}
+	close(s.stopping)
 	s.log.Info("stop requested", "reason", why)
 	s.proc.Stop()
 	s.book.Unwatch()
