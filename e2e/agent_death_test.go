@@ -7,9 +7,49 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
+
+// dyingAgent is a pod whose proxy is a stand-in pilot-agent: it runs the
+// fake Envoy (the sidecar's listeners) and exits 2, as Go's panic does,
+// once the test calls die. The supervisor gets flags, and writes its
+// termination message to term.
+func dyingAgent(t *testing.T, flags ...string) (p *pod, sup *proctest.Proc, die func(), term string) {
+	p = newPod(t)
+	dieFile := p.dir + "/die"
+	term = p.dir + "/termination-log"
+	if err := os.WriteFile(term, nil, 0o644); err != nil { // the kubelet makes it
+		t.Fatal(err)
+	}
+	agent := fmt.Sprintf(`"$0" "$@" &
+while [ ! -e %s ]; do sleep 0.02; done
+echo "panic: runtime error: invalid memory address or nil pointer dereference" >&2
+exit 2`, dieFile)
+	argv := append([]string{bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022", "--termination-log", term}, flags...)
+	sup = p.start("supervisor", true, nil, append(argv, "--", "/bin/sh", "-c", agent, bin.envoy, "--config-yaml", sidecarBootstrap)...)
+	return p, sup, func() {
+		if err := os.WriteFile(dieFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sup.WaitLog("the proxy's leader exited by itself in the middle of the drain", soon)
+	}, term
+}
+
+// terminationMessage fails the test unless the message in term says want.
+func terminationMessage(t *testing.T, term, want string) {
+	t.Helper()
+	msg, err := os.ReadFile(term)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg), want) {
+		t.Errorf("termination message %q, want it to say %q", msg, want)
+	}
+}
 
 // pilot-agent 1.28 to 1.30 panics (exit 2) when its drain POST fails
 // (istio#60494), in the middle of the drain, and leaves its Envoy,
@@ -22,17 +62,7 @@ import (
 // killed its group at once: the request in flight was cut.)
 func TestAgentDeathMidDrainKeepsEnvoyUntilTheDrainEnds(t *testing.T) {
 	t.Parallel()
-	p := newPod(t)
-	die, term := p.dir+"/die", p.dir+"/termination-log"
-	if err := os.WriteFile(term, nil, 0o644); err != nil { // the kubelet makes it
-		t.Fatal(err)
-	}
-	agent := fmt.Sprintf(`"$0" "$@" &
-while [ ! -e %s ]; do sleep 0.02; done
-echo "panic: runtime error: invalid memory address or nil pointer dereference" >&2
-exit 2`, die)
-	sup := p.start("supervisor", true, nil, bin.supervisor, "supervise", "--control-dir", p.dir, "--health-addr", "127.0.0.1:15022",
-		"--termination-log", term, "--drain-min", "0s", "--", "/bin/sh", "-c", agent, bin.envoy, "--config-yaml", sidecarBootstrap)
+	p, sup, die, term := dyingAgent(t, "--drain-min", "0s")
 
 	arrived, release := make(chan struct{}), make(chan struct{})
 	var ln net.Listener
@@ -70,10 +100,7 @@ exit 2`, die)
 
 	hook := p.prestop()
 	sup.WaitLog(`msg="listeners drained"`, soon)
-	if err := os.WriteFile(die, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sup.WaitLog("the proxy's leader exited by itself in the middle of the drain", soon)
+	die()
 	p.stillBlocked(sup, hook, 300*time.Millisecond)
 	if code, body := p.get("http://127.0.0.1:9000/new"); code != 200 || body != "app/new" {
 		t.Fatalf("a new request through Envoy after the agent's death: %d %q", code, body)
@@ -99,11 +126,32 @@ exit 2`, die)
 	if strings.Contains(out, "escalated to SIGKILL") {
 		t.Errorf("Envoy needed SIGKILL:\n%s", out)
 	}
-	msg, err := os.ReadFile(term)
-	if err != nil {
-		t.Fatal(err)
+	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)")
+}
+
+// The drain's bound still holds after the agent's death: an app that never
+// stops listening keeps Envoy no longer than --drain-timeout, and a
+// SIGTERM's drain is held as a preStop's is.
+func TestAgentDeathMidDrainEndsAtTheBound(t *testing.T) {
+	t.Parallel()
+	p, sup, die, term := dyingAgent(t, "--drain-min", "0s", "--drain-timeout", "2s")
+	p.serveHTTP("127.0.0.1:8080", "app")
+	p.waitHTTP(readyURL, 200, soon)
+	sup.Signal(syscall.SIGTERM)
+	sup.WaitLog(`msg="listeners drained"`, soon)
+	die()
+	if code, body := p.get("http://127.0.0.1:9000/"); code != 200 || body != "app" {
+		t.Fatalf("a request through Envoy after the agent's death: %d %q", code, body)
 	}
-	if want := "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)"; !strings.Contains(string(msg), want) {
-		t.Errorf("termination message %q, want it to say %q", msg, want)
+	if code := sup.Exit(10 * time.Second); code != 2 {
+		t.Fatalf("supervisor exit %d, want the agent's 2", code)
 	}
+	out := sup.Out.String()
+	if d := logTime(t, out, "drain ended; stopping what the proxy's leader left in its group").Sub(logTime(t, out, "drain started")); d < 2*time.Second {
+		t.Errorf("Envoy was stopped %v into the drain, before its 2s bound", d)
+	}
+	if !strings.Contains(out, "nothing the proxy's leader left in its group runs any more") {
+		t.Errorf("Envoy was not seen gone before the supervisor's exit:\n%s", out)
+	}
+	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that SIGTERM started)")
 }
