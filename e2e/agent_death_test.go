@@ -155,3 +155,30 @@ func TestAgentDeathMidDrainEndsAtTheBound(t *testing.T) {
 	}
 	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that SIGTERM started)")
 }
+
+// Under --native-sidecar the preStop returns at once and the kubelet's
+// SIGTERM comes once the app has exited: the dead agent's Envoy serves
+// until then, and that SIGTERM stops it at once.
+func TestAgentDeathInANativeSidecarsDrain(t *testing.T) {
+	t.Parallel()
+	p, sup, die, term := dyingAgent(t, "--native-sidecar")
+	app := p.serveHTTP("127.0.0.1:8080", "app")
+	p.waitHTTP(readyURL, 200, soon)
+	if code := p.prestop().Exit(soon); code != 0 {
+		t.Fatalf("prestop exit %d", code)
+	}
+	sup.WaitLog(`msg="listeners drained"`, soon)
+	die()
+	if code, body := p.get("http://127.0.0.1:9000/"); code != 200 || body != "app" {
+		t.Fatalf("a request through Envoy after the agent's death: %d %q", code, body)
+	}
+	app.Close()
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 2 {
+		t.Fatalf("supervisor exit %d, want the agent's 2", code)
+	}
+	if out := sup.Out.String(); !strings.Contains(out, "nothing the proxy's leader left in its group runs any more") {
+		t.Errorf("Envoy was not seen gone before the supervisor's exit:\n%s", out)
+	}
+	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)")
+}
