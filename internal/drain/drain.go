@@ -259,6 +259,16 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			return PeersCompleted
 		}
 		st.ports, st.perr = d.appPorts(scan, envoyPorts)
+		// The hints go before Envoy's stats are asked for, as soon as the
+		// delay allows: a slow /stats must not hold them back.
+		d.hintIfDue(hintAt, deadline, st)
+		if !d.listenersDrained && d.hinting && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
+			// Retried until Envoy accepts it once: a busy admin API at the
+			// first try must not leave Envoy undrained for the whole
+			// termination.
+			lastDrainTry = d.clock.Now()
+			d.tryDrainListeners(deadline)
+		}
 		switch {
 		case st.perr != nil || len(st.ports) > 0:
 			// Unknown, and not needed yet; asked for at once when the
@@ -268,14 +278,6 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			lastStats = d.clock.Now()
 			st.conns, st.cerr = d.connections(deadline)
 			st.known = st.cerr == nil
-		}
-		d.hintIfDue(hintAt, deadline, st)
-		if !d.listenersDrained && d.hinting && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
-			// Retried until Envoy accepts it once: a busy admin API at the
-			// first try must not leave Envoy undrained for the whole
-			// termination.
-			lastDrainTry = d.clock.Now()
-			d.tryDrainListeners(deadline)
 		}
 		st.running = 0
 		if d.cfg.Running != nil && st.holds() {
