@@ -127,8 +127,8 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.DeletionWindow = DefaultDeletionWindow
 	}
 	s := &Supervisor{
-		cfg:     cfg,
-		log:     cfg.Log,
+		cfg:      cfg,
+		log:      cfg.Log,
 		scanner:  portwatch.NewScanner(cfg.Log),
 		start:    time.Now(),
 		stopping: make(chan struct{}),
