@@ -298,13 +298,9 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 		}, interrupt)
 	}
 
-	add("proxy", s.waitProxy, func(error) {
-		select {
-		case <-s.proc.Exited():
-		default: // another actor ended first
-			s.stop("shutting down")
-		}
-	})
+	// Another actor ended first: the proxy stops, or what its leader left
+	// (holdRemains) does. Once the proxy has exited, the move is refused.
+	add("proxy", s.waitProxy, func(error) { s.stop("shutting down") })
 	for _, a := range []struct {
 		name string
 		run  func(context.Context) error
@@ -330,8 +326,11 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 // waitProxy is the actor whose end ends the group.
 func (s *Supervisor) waitProxy() error {
 	e := s.proc.Wait()
-	envoyUp := s.checkEnvoyAtExit()
-	s.holdRemains(e, envoyUp)
+	s.holdRemains(e, s.checkEnvoyAtExit())
+	// Before the group is killed: what the tracker sees after this is the
+	// kill, not a death. Not before the hold: the tracker's end would end
+	// the group, the signals and the sockets with it.
+	s.tracker.Gone("proxy exited")
 	s.proc.Finish()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
@@ -372,9 +371,6 @@ func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 		}
 		envoyUp = err == nil && bound
 	}
-	// Before the group is killed: what the tracker sees after this is the
-	// kill, not a death.
-	s.tracker.Gone("proxy exited")
 	return envoyUp
 }
 
