@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,6 +181,58 @@ func TestAgentDeathInANativeSidecarsDrain(t *testing.T) {
 	}
 	if out := sup.Out.String(); !strings.Contains(out, "nothing the proxy's leader left in its group runs any more") {
 		t.Errorf("Envoy was not seen gone before the supervisor's exit:\n%s", out)
+	}
+	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)")
+}
+
+// The real pilot-agent as the supervisor's child, ended mid-drain by
+// SIGABRT, which a Go program answers as its panic does: a dump and exit 2.
+// It sets no parent-death signal on Envoy (istio's pkg/envoy), so the fake
+// Envoy it ran is reparented to the supervisor and serves on until the app
+// has closed its port.
+func TestPilotAgentDeathMidDrain(t *testing.T) {
+	t.Parallel()
+	agent, tmpl := needPilotAgent(t)
+	p := newPod(t)
+	term := p.dir + "/termination-log"
+	if err := os.WriteFile(term, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env, argv := agentCommand(t, p, agent, tmpl, rootCertPEM(t), "--fake-version 1.37")
+	sup := p.start("supervisor", true, env, append([]string{bin.supervisor, "supervise", "--control-dir", p.dir,
+		"--health-addr", "127.0.0.1:15022", "--termination-log", term, "--drain-min", "0s", "--"}, argv...)...)
+	app := p.serveHTTP("127.0.0.1:8080", "app")
+	p.waitHTTP(readyURL, 200, time.Minute)
+	hook := p.prestop()
+	sup.WaitLog(`msg="listeners drained"`, soon)
+	// The thread that forked it lists it.
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", sup.Pid()))
+	var children []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		children = append(children, strings.Fields(string(b))...)
+	}
+	if len(children) != 1 {
+		t.Fatalf("the supervisor's children: %q, want pilot-agent alone", children)
+	}
+	pid, err := strconv.Atoi(children[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGABRT); err != nil {
+		t.Fatal(err)
+	}
+	sup.WaitLog("the proxy's leader exited by itself in the middle of the drain", soon)
+	p.stillBlocked(sup, hook, 300*time.Millisecond)
+	if code, body := p.get("http://127.0.0.1:9000/"); code != 200 || body != "app" {
+		t.Fatalf("a request through Envoy after pilot-agent's death: %d %q", code, body)
+	}
+	app.Close()
+	if code := sup.Exit(soon); code != 2 {
+		t.Fatalf("supervisor exit %d, want pilot-agent's 2", code)
+	}
+	if !strings.Contains(sup.Out.String(), "nothing the proxy's leader left in its group runs any more") {
+		t.Errorf("Envoy was not seen gone before the supervisor's exit")
 	}
 	terminationMessage(t, term, "exit 2 (proxy exited by itself with code 2 during the drain that preStop started)")
 }
