@@ -298,7 +298,11 @@ func (e *podExits) summary() string {
 func TestClusterRollout(t *testing.T) {
 	t.Parallel()
 	needCluster(t)
-	noDelay, delay1s, delay3s := []string{"--drain-delay=0s"}, []string{"--drain-delay=1s"}, []string{"--drain-delay=3s"}
+	noDelay, delay3s := []string{"--drain-delay=0s"}, []string{"--drain-delay=3s"}
+	// Five rows at a time: all fifteen at once on two busy cores starved
+	// the kubelet and the API server (every form, ours too, then lost a
+	// fifth of its requests to endpoints that never came ready).
+	slots := make(chan struct{}, 5)
 	for _, tc := range []struct {
 		name    string
 		form    proxyForm
@@ -308,10 +312,8 @@ func TestClusterRollout(t *testing.T) {
 		flags   []string // the supervisor's
 	}{
 		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay},
-		{"roll-classic-delay1s", classic, 0, 5 * time.Second, false, delay1s},
 		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s},
 		{"roll-native", native, 0, 5 * time.Second, false, noDelay},
-		{"roll-native-delay3s", native, 0, 5 * time.Second, false, delay3s},
 		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay},
 		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s},
 		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay},
@@ -328,6 +330,8 @@ func TestClusterRollout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			baseline := tc.form != classic && tc.form != native
 			if baseline {
 				needPilotAgent(t)
