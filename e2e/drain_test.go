@@ -250,8 +250,9 @@ func TestDrainOnAListeningAppSleeps(t *testing.T) {
 	t.Logf("%.0f sleeps a second while the drain waited", rate)
 }
 
-// A proxy that crashes mid-drain stops the supervisor: the preStop hook
-// that waited on the drain exits 0 and says the supervisor stopped. (It
+// A proxy that crashes mid-drain stops the supervisor, with the proxy's
+// code: the preStop hook that waited on the drain exits 0 and says the
+// supervisor stopped. (It
 // said the drain went on after --timeout, a second after the hook began.)
 func TestPrestopSeesTheSupervisorStopMidDrain(t *testing.T) {
 	t.Parallel()
@@ -263,7 +264,9 @@ func TestPrestopSeesTheSupervisorStopMidDrain(t *testing.T) {
 	hook := p.prestop("--timeout", "25s")
 	p.stillBlocked(sup, hook, 300*time.Millisecond)
 	fixture(t, ctl, "crash")
-	sup.Exit(soon) // 0: the preStop decided it (see the exit-code table)
+	if code := sup.Exit(soon); code != 139 { // the proxy's death during the drain replaces the preStop's 0
+		t.Fatalf("supervisor exit %d, want the crashed proxy's 139", code)
+	}
 	if code := hook.Exit(soon); code != 0 {
 		t.Fatalf("prestop exit %d:\n%s", code, hook.Out.String())
 	}

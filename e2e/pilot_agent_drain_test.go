@@ -37,6 +37,21 @@ func pilotAgent() (bin, template string) {
 	return "", ""
 }
 
+// needPilotAgent is pilotAgent, or the test's skip (its failure under CI:
+// make test builds it first).
+func needPilotAgent(t *testing.T) (bin, template string) {
+	t.Helper()
+	bin, template = pilotAgent()
+	if bin == "" {
+		skip := t.Skipf
+		if os.Getenv("CI") == "true" {
+			skip = t.Fatalf
+		}
+		skip("no pilot-agent built by scripts/pilot-agent.sh (or PS_PILOT_AGENT)")
+	}
+	return bin, template
+}
+
 // The checks of TestDrainPerEnvoyVersion against pilot-agent's own drain,
 // pilot-agent as PID 1 running the fake (Istio's bootstrap from -c merged
 // with the sidecar's listeners): on SIGTERM it POSTs
@@ -48,16 +63,7 @@ func pilotAgent() (bin, template string) {
 // of terminationDrainDuration while the app still listens.
 func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 	t.Parallel()
-	agent, tmpl := pilotAgent()
-	if agent == "" {
-		// make test builds it first; under CI a missing one is a failure,
-		// not a silent skip.
-		skip := t.Skipf
-		if os.Getenv("CI") == "true" {
-			skip = t.Fatalf
-		}
-		skip("no pilot-agent built by scripts/pilot-agent.sh (or PS_PILOT_AGENT)")
-	}
+	agent, tmpl := needPilotAgent(t)
 	cert := rootCertPEM(t)
 	for _, tt := range []struct {
 		version        string
@@ -69,24 +75,8 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 		t.Run(tt.version, func(t *testing.T) {
 			t.Parallel()
 			p := newPod(t)
-			// pilot-agent reads its root certificate and writes its
-			// bootstrap under its working directory.
-			work := filepath.Join(p.dir, "agent")
-			if err := os.MkdirAll(filepath.Join(work, "var/run/secrets/istio"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(work, "var/run/secrets/istio/root-cert.pem"), cert, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cfg, _ := json.Marshal(map[string]string{
-				"binaryPath": bin.envoy, "proxyBootstrapTemplatePath": tmpl, "configPath": filepath.Join(work, "proxy"),
-				"drainDuration": "1s", "terminationDrainDuration": "4s",
-			})
-			// FAKE_ENVOY_FLAGS is split at spaces: the listeners go as
-			// JSON, which is YAML, without any.
-			env := []string{"PROXY_CONFIG=" + string(cfg), "POD_NAME=p", "POD_NAMESPACE=default", "INSTANCE_IP=127.0.0.1",
-				"SERVICE_ACCOUNT=default", "FAKE_ENVOY_FLAGS=--fake-version " + tt.version + " --config-yaml " + compactJSON(t, sidecarBootstrap)}
-			pa := p.start("pilot-agent", true, env, "/bin/sh", "-c", `cd "$0" && exec "$@"`, work, agent, "proxy", "sidecar", "--domain", "default.svc.cluster.local")
+			env, argv := agentCommand(t, p, agent, tmpl, cert, "--fake-version "+tt.version)
+			pa := p.start("pilot-agent", true, env, argv...)
 			app := p.serveHTTP("127.0.0.1:8080", "app")
 			p.serveHTTP("127.0.0.1:8081", "svc")
 			p.waitHTTP("http://127.0.0.1:9000/", 200, soon)
@@ -116,6 +106,31 @@ func TestPilotAgentDrainPerEnvoyVersion(t *testing.T) {
 			app.Close() // still listening when the proxy went
 		})
 	}
+}
+
+// agentCommand is the environment and command line of pilot-agent running
+// the fake Envoy with the sidecar's listeners and fakeFlags, in a working
+// directory of its own under p's volume: pilot-agent reads its root
+// certificate and writes its bootstrap there. drainDuration (Envoy's
+// --drain-time-s) is 1s, terminationDrainDuration 4s.
+func agentCommand(t *testing.T, p *pod, agent, tmpl string, cert []byte, fakeFlags string) (env, argv []string) {
+	t.Helper()
+	work := filepath.Join(p.dir, "agent")
+	if err := os.MkdirAll(filepath.Join(work, "var/run/secrets/istio"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "var/run/secrets/istio/root-cert.pem"), cert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]string{
+		"binaryPath": bin.envoy, "proxyBootstrapTemplatePath": tmpl, "configPath": filepath.Join(work, "proxy"),
+		"drainDuration": "1s", "terminationDrainDuration": "4s",
+	})
+	// FAKE_ENVOY_FLAGS is split at spaces: the listeners go as JSON, which
+	// is YAML, without any.
+	env = []string{"PROXY_CONFIG=" + string(cfg), "POD_NAME=p", "POD_NAMESPACE=default", "INSTANCE_IP=127.0.0.1",
+		"SERVICE_ACCOUNT=default", "FAKE_ENVOY_FLAGS=" + fakeFlags + " --config-yaml " + compactJSON(t, sidecarBootstrap)}
+	return env, []string{"/bin/sh", "-c", `cd "$0" && exec "$@"`, work, agent, "proxy", "sidecar", "--domain", "default.svc.cluster.local"}
 }
 
 // compactJSON is the YAML document as JSON without a blank.

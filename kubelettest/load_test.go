@@ -7,12 +7,14 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -42,6 +44,10 @@ type load struct {
 	// with the endpoints they listed and the node's load then: what
 	// explains it (a probe's failure, and why).
 	noneReady []*unreadyMoment
+	// keepSent are the requests sent on kept-alive connections, keepDials
+	// the connections they made: a close hint that sends a client back to
+	// a pod still in its endpoints costs a new connection per request.
+	keepSent, keepDials atomic.Int64
 }
 
 // unreadyMoment is a stretch of ticks that found no ready endpoint.
@@ -52,18 +58,26 @@ type unreadyMoment struct {
 }
 
 func newLoad(c *cluster, service string, port int32, rate time.Duration, path func(int) string) *load {
+	l := &load{c: c, service: service, port: port, rate: rate, path: path, slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}}
 	client := func(keepAlive bool) *http.Client {
+		dial := theNode.netns().Dial
+		if keepAlive {
+			dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				l.keepDials.Add(1)
+				return theNode.netns().Dial(ctx, network, addr)
+			}
+		}
 		return &http.Client{
 			Timeout: 20 * time.Second,
 			Transport: &http.Transport{
-				DialContext:         theNode.netns().Dial,
+				DialContext:         dial,
 				DisableKeepAlives:   !keepAlive,
 				MaxIdleConnsPerHost: 4,
 			},
 		}
 	}
-	return &load{c: c, service: service, port: port, rate: rate, path: path,
-		keep: client(true), fresh: client(false), slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}}
+	l.keep, l.fresh = client(true), client(false)
+	return l
 }
 
 // ready are the endpoints the slices list as ready.
@@ -210,6 +224,8 @@ func (l *load) run(ctx context.Context) {
 		client := l.keep
 		if i%2 == 1 {
 			client = l.fresh
+		} else {
+			l.keepSent.Add(1)
 		}
 		url := "http://" + eps[rand.IntN(len(eps))] + l.path(i)
 		wg.Add(1)

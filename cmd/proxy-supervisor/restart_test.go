@@ -56,3 +56,30 @@ func TestDrainFromGrace(t *testing.T) {
 		}
 	}
 }
+
+// The default --drain-delay is lowered to half of a drain's bound that it
+// does not fit (a short grace period's), as --drain-min is lowered to it;
+// a given one that does not fit is refused (TestBadFlagValuesExit2).
+func TestDrainDelayDefaultFitsTheBound(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--grace-period", "11s"}, min(defaultDrainDelay, 500*time.Millisecond)},
+		{[]string{"--grace-period", "30s"}, defaultDrainDelay},
+		{[]string{"--grace-period", "11s", "--drain-delay", "900ms"}, 900 * time.Millisecond},
+	} {
+		f, o := superviseFlags()
+		cmdline, err := f.parse(append(tt.args, "--", "envoy"), envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config(f, cmdline, envOf(nil))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		if cfg.DrainDelay != tt.want {
+			t.Errorf("%q: drain delay %v, want %v", tt.args, cfg.DrainDelay, tt.want)
+		}
+	}
+}

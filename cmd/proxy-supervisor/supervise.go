@@ -75,6 +75,7 @@ type superviseOptions struct {
 	restart, onFailure     *choice
 	native, strict         *bool
 	drainMin, drainTimeout *time.Duration
+	drainDelay             *time.Duration
 	stopTimeout, quitGrace *time.Duration
 	gracePeriod, hungAfter *time.Duration
 	appPorts               portList
@@ -109,6 +110,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.strict = f.fs.Bool("strict-ready", false, "also require CDS and LDS updates and started workers before ready, as pilot-agent does (for xDS-fed Envoy)")
 	o.drainMin = f.fs.Duration("drain-min", 5*time.Second, "the shortest drain; skipped when every peer has completed, and under --native-sidecar but for a restart of the sidecar while the app runs")
 	o.drainTimeout = f.fs.Duration("drain-timeout", 20*time.Second, "the longest drain; when not given, --grace-period derives it")
+	o.drainDelay = f.fs.Duration("drain-delay", defaultDrainDelay, "from the drain's start to its close hints (/drain_listeners): readiness turns 503 at once and the listeners keep accepting, while the pod leaves its clients' endpoints; ends early once the app listens on no port. Shorter than the drain's bound")
 	o.stopTimeout = f.fs.Duration("stop-timeout", 5*time.Second, "from the stop request (/quitquitquit) to SIGKILL of the proxy's group")
 	o.quitGrace = f.fs.Duration("quit-grace", time.Second, "how long /quitquitquit gets before SIGTERM to the proxy's group")
 	o.gracePeriod = f.fs.Duration("grace-period", 0, "the pod's terminationGracePeriodSeconds: without --drain-timeout the drain's bound is this less --stop-timeout and 5s; with it, a warning when the bounds do not fit. It also bounds the wait of a peer that the kubelet stopped for the pod's termination to reach the proxy (0 there: Kubernetes' default, 30s)")
@@ -178,6 +180,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 		DrainMin:             *o.drainMin,
 		DrainTimeout:         *o.drainTimeout,
 		GracePeriod:          *o.gracePeriod,
+		DrainDelay:           *o.drainDelay,
 		DrainInboundOnly:     *o.inbound,
 		DrainHealthcheckFail: *o.hcFail,
 		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(o.proxyUID), AppPorts: o.appPorts},
@@ -232,6 +235,22 @@ func (o *superviseOptions) bounds(f *flags, env func(string) string) error {
 	}
 	if *o.hungAfter < 0 {
 		return usagef("--hung-after: must not be negative")
+	}
+	return o.delayBound(f, env)
+}
+
+// delayBound fits --drain-delay inside the drain's bound: a delay that
+// reaches it would end every drain before a single close hint. One given
+// so is bad usage; the default is lowered to half of a short bound.
+func (o *superviseOptions) delayBound(f *flags, env func(string) string) error {
+	switch {
+	case *o.drainDelay < 0:
+		return usagef("--drain-delay: must not be negative")
+	case *o.drainDelay < *o.drainTimeout:
+	case f.given("drain-delay", env):
+		return usagef("--drain-delay: %v is not shorter than the drain's bound %v (--drain-timeout, or what --grace-period leaves): no close hint would ever go", *o.drainDelay, *o.drainTimeout)
+	default:
+		*o.drainDelay = *o.drainTimeout / 2
 	}
 	return nil
 }
@@ -326,6 +345,10 @@ func restartPolicy(restart string, restartGiven bool, onFailure string) (peers.R
 	}
 	return alias, nil
 }
+
+// defaultDrainDelay is --drain-delay's default (docs/benchmarks.md, the
+// rolling update).
+const defaultDrainDelay = 0
 
 // minDrain is the shortest drain a grace period may leave: less would end
 // every drain before Envoy's listeners have been asked to drain.

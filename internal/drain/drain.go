@@ -85,6 +85,14 @@ type Config struct {
 
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
+	// Delay holds the close hints (the /drain_listeners call, and
+	// /healthcheck/fail) back from the drain's start: until the pod has
+	// left every client's endpoints, a hint only sends a client back to
+	// this pod on a new connection. Readiness is withdrawn at once all the
+	// same, and the listeners accept throughout. It ends early once the app
+	// listens on no port: its clients then have nowhere here to come back
+	// to, and a kept connection is better told to go.
+	Delay time.Duration
 
 	// Call chooses the /drain_listeners request for Envoy's release
 	// (ChooseCall), within ctx; known false: the release is not known
@@ -160,14 +168,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 		d.listenersDrained = true
 		d.cfg.Min = 0
 	} else {
-		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout)
-	}
-	if cfg.HealthcheckFail && !cfg.Recheck {
-		ctx, cancel := d.callCtx(deadline)
-		if err := cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
-			d.cfg.Log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
-		}
-		cancel()
+		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout, "delay", cfg.Delay)
 	}
 	envoyPorts = d.refreshEnvoyPorts(deadline, envoyPorts)
 	end, why := d.wait(start, deadline, envoyPorts, settled)
@@ -181,6 +182,7 @@ type drainer struct {
 	clock   Clock
 	exclude []uint16
 
+	hinting            bool      // the delay is over: the close hints may go
 	listenersDrained   bool      // Envoy accepted /drain_listeners, or this release takes none
 	releaseUnknownSaid bool      // the wait for a release to choose the call by was logged
 	lastClose          time.Time // when a close the Watch reported was last acted on
@@ -238,6 +240,7 @@ func (st state) holds() bool {
 // tick, or when the Watch reports a close.
 func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
 	earliest := start.Add(d.cfg.Min)
+	hintAt := start.Add(d.cfg.Delay)
 	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
 	if d.cfg.Watch != nil {
 		w := d.cfg.Watch()
@@ -263,24 +266,17 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 				return PeersCompleted, ""
 			}
 		}
-		if !d.listenersDrained && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
+		st.ports, st.perr = d.appPorts(scan, envoyPorts)
+		// The hints go before Envoy's stats are asked for, as soon as the
+		// delay allows: a slow /stats must not hold them back.
+		d.hintIfDue(hintAt, deadline, st)
+		if !d.listenersDrained && d.hinting && d.clock.Now().Sub(lastDrainTry) >= d.cfg.Progress {
 			// Retried until Envoy accepts it once: a busy admin API at the
 			// first try must not leave Envoy undrained for the whole
 			// termination.
 			lastDrainTry = d.clock.Now()
-			switch err := d.drainListeners(deadline); {
-			case errors.Is(err, errReleaseUnknown):
-				if !d.releaseUnknownSaid {
-					d.releaseUnknownSaid = true
-					d.cfg.Log.Warn("no drain call while Envoy's release is unknown; asking again", "every", d.cfg.Progress)
-				}
-			case err != nil:
-				d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
-			default:
-				d.listenersDrained = true
-			}
+			d.tryDrainListeners(deadline)
 		}
-		st.ports, st.perr = d.appPorts(scan, envoyPorts)
 		switch {
 		case st.perr != nil || len(st.ports) > 0:
 			// Unknown, and not needed yet; asked for at once when the
@@ -322,7 +318,11 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 			lastLog = now
 			d.cfg.Log.Info("draining", d.attrs(now, earliest, deadline, st)...)
 		}
-		closed = d.await(timer, d.sleep(now, st, closed != nil, quietSince, earliest, deadline), settled, closed)
+		sleep := d.sleep(now, st, closed != nil, quietSince, earliest, deadline)
+		if !d.hinting {
+			sleep = min(sleep, max(hintAt.Sub(now), 0)) // the hints go at the delay's end, to the millisecond
+		}
+		closed = d.await(timer, sleep, settled, closed)
 	}
 }
 
@@ -420,6 +420,50 @@ func (d *drainer) attrs(now, earliest, deadline time.Time, st state) []any {
 		attrs = append(attrs, "min_left", earliest.Sub(now).Round(100*time.Millisecond))
 	}
 	return attrs
+}
+
+// hintIfDue ends the delay once it has passed, or once the app listens on
+// no port (st, the check just made), and then asks Envoy to fail its
+// health checks if told to: once, as it always was.
+func (d *drainer) hintIfDue(hintAt, deadline time.Time, st state) {
+	if d.hinting {
+		return
+	}
+	now := d.clock.Now()
+	appGone := st.perr == nil && len(st.ports) == 0
+	if now.Before(hintAt) && !appGone {
+		return
+	}
+	d.hinting = true
+	if d.cfg.Delay > 0 && !d.cfg.Recheck {
+		why := "delay passed"
+		if now.Before(hintAt) {
+			why = "the app listens on no port"
+		}
+		d.cfg.Log.Info("drain delay over; the close hints go now", "reason", why, "after", now.Sub(hintAt.Add(-d.cfg.Delay)).Round(time.Millisecond))
+	}
+	if d.cfg.HealthcheckFail && !d.cfg.Recheck {
+		ctx, cancel := d.callCtx(deadline)
+		if err := d.cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
+			d.cfg.Log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
+		}
+		cancel()
+	}
+}
+
+// tryDrainListeners makes the drain call once, and says what became of it.
+func (d *drainer) tryDrainListeners(deadline time.Time) {
+	switch err := d.drainListeners(deadline); {
+	case errors.Is(err, errReleaseUnknown):
+		if !d.releaseUnknownSaid {
+			d.releaseUnknownSaid = true
+			d.cfg.Log.Warn("no drain call while Envoy's release is unknown; asking again", "every", d.cfg.Progress)
+		}
+	case err != nil:
+		d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
+	default:
+		d.listenersDrained = true
+	}
 }
 
 // errReleaseUnknown: no call yet, since the one an unknown release gets

@@ -142,7 +142,7 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 func (p *Process) Stop() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.pid == 0 || p.stopped || p.exitedWithin(0) {
+	if p.pid == 0 || p.stopped || goneWithin(p.exited, 0) {
 		return false
 	}
 	p.stopped = true
@@ -150,7 +150,52 @@ func (p *Process) Stop() bool {
 	return true
 }
 
-func (p *Process) stop() {
+// StopLeft runs the stop sequence against what the leader left in its
+// group once it has exited by itself (an Envoy whose pilot-agent died,
+// reparented to the supervisor), each step until gone, which Remains
+// gave, is closed; it returns then, or once SIGKILL is sent.
+func (p *Process) StopLeft(gone <-chan struct{}) {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.sequence(gone)
+}
+
+// Remains watches what the leader left in its group, once Wait has
+// returned: the channel is closed once no process of the group is left.
+// The group is looked at after each orphan the reaper reaps, and every
+// remainsCheck besides.
+func (p *Process) Remains() <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		t := time.NewTicker(remainsCheck)
+		defer t.Stop()
+		for p.groupAlive() {
+			select {
+			case <-p.reaper.OrphanReaped():
+			case <-t.C:
+			}
+		}
+	}()
+	return gone
+}
+
+// remainsCheck backs the reaper's word up, as its own sweep backs SIGCHLD.
+const remainsCheck = time.Second
+
+// groupAlive reports whether a process of the group is left, a zombie not
+// yet reaped included. EPERM (a member of another uid) is one left.
+func (p *Process) groupAlive() bool {
+	pid := p.Pid()
+	return pid > 0 && !errors.Is(syscall.Kill(-pid, 0), syscall.ESRCH)
+}
+
+func (p *Process) stop() { p.sequence(p.exited) }
+
+// sequence is the stop: Quit, SIGTERM to the group at QuitGrace, SIGKILL
+// at StopTimeout, each only while gone is open.
+func (p *Process) sequence(gone <-chan struct{}) {
 	deadline := time.Now().Add(p.cfg.StopTimeout)
 	grace := min(p.cfg.QuitGrace, p.cfg.StopTimeout)
 	quitBy := time.Now().Add(grace)
@@ -162,12 +207,12 @@ func (p *Process) stop() {
 			p.cfg.Log.Info("the proxy's quit request failed; signalling instead", "err", err)
 		}
 	}
-	if p.exitedWithin(time.Until(quitBy)) {
+	if goneWithin(gone, time.Until(quitBy)) {
 		return
 	}
 	p.cfg.Log.Info("escalated to SIGTERM", "pgid", p.Pid())
 	p.escalate(syscall.SIGTERM)
-	if p.exitedWithin(time.Until(deadline)) {
+	if goneWithin(gone, time.Until(deadline)) {
 		return
 	}
 	p.cfg.Log.Warn("escalated to SIGKILL", "pgid", p.Pid(), "stop_timeout", p.cfg.StopTimeout)
@@ -210,10 +255,11 @@ func (p *Process) signal(sig syscall.Signal) {
 	}
 }
 
-func (p *Process) exitedWithin(d time.Duration) bool {
+// goneWithin reports whether gone is closed within d.
+func goneWithin(gone <-chan struct{}, d time.Duration) bool {
 	if d <= 0 {
 		select {
-		case <-p.exited:
+		case <-gone:
 			return true
 		default:
 			return false
@@ -222,7 +268,7 @@ func (p *Process) exitedWithin(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-p.exited:
+	case <-gone:
 		return true
 	case <-t.C:
 		return false

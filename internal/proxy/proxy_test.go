@@ -163,7 +163,7 @@ func TestStopEscalates(t *testing.T) {
 			at = append(at, time.Since(began))
 		},
 	})
-	if p.exitedWithin(0) {
+	if goneWithin(p.Exited(), 0) {
 		t.Fatal("exited after Start")
 	}
 	mu.Lock()
@@ -197,7 +197,7 @@ func TestStopEscalates(t *testing.T) {
 			t.Errorf("%s %v after the stop request; want %v to %v", b.what, b.at, b.lo, b.hi)
 		}
 	}
-	if !p.exitedWithin(0) {
+	if !goneWithin(p.Exited(), 0) {
 		t.Error("Exited not closed after the exit")
 	}
 	if p.Stop() {
@@ -235,4 +235,48 @@ func TestWaitKillsTheGroup(t *testing.T) {
 	proctest.Eventually(t, 5*time.Second, "the leader's child killed", func() bool {
 		return syscall.Kill(-p.Pid(), 0) != nil
 	})
+}
+
+// What a leader leaves in its group (an Envoy whose pilot-agent died) is
+// watched once the leader has exited, and stopped by StopLeft: SIGTERM at
+// QuitGrace (its Quit refused), and gone as soon as the reaper has reaped
+// it, with no SIGKILL.
+func TestStopLeftStopsWhatTheLeaderLeft(t *testing.T) {
+	var mu sync.Mutex
+	var sent []syscall.Signal
+	p := run(t, Config{
+		Command:     []string{"/bin/sh", "-c", "sleep 30 & exit 2"},
+		Quit:        func(context.Context) error { return syscall.ECONNREFUSED },
+		QuitGrace:   50 * time.Millisecond,
+		StopTimeout: 5 * time.Second,
+		Escalated: func(sig syscall.Signal) {
+			mu.Lock()
+			defer mu.Unlock()
+			sent = append(sent, sig)
+		},
+	})
+	if e := p.Wait(); e.Code() != 2 {
+		t.Fatalf("the leader's exit %v, want code 2", e)
+	}
+	gone := p.Remains()
+	if !p.groupAlive() || goneWithin(gone, 0) {
+		t.Fatal("the sleep the leader left counts as gone")
+	}
+	if p.Stop() {
+		t.Fatal("Stop started a sequence after the leader's exit")
+	}
+	began := time.Now()
+	p.StopLeft(gone)
+	if !goneWithin(gone, 0) {
+		t.Fatal("StopLeft returned with the group still there")
+	}
+	// The reaper's word ends it, not the check every remainsCheck.
+	if took := time.Since(began); took > remainsCheck*9/10 {
+		t.Errorf("StopLeft took %v", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || sent[0] != syscall.SIGTERM {
+		t.Errorf("signals sent %v, want SIGTERM alone", sent)
+	}
 }

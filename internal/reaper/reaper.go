@@ -77,6 +77,7 @@ type Reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan Exit
 	orphans atomic.Uint64
+	orphan  chan struct{} // a token once an orphan was reaped, for OrphanReaped
 	notify  chan os.Signal
 }
 
@@ -90,7 +91,7 @@ func New() (*Reaper, error) {
 			return nil, fmt.Errorf("become child subreaper: %w", err)
 		}
 	}
-	r := &Reaper{waiters: make(map[int]chan Exit), notify: make(chan os.Signal, 1)}
+	r := &Reaper{waiters: make(map[int]chan Exit), orphan: make(chan struct{}, 1), notify: make(chan os.Signal, 1)}
 	// Never signal.Ignore(SIGCHLD): the kernel would then reap on its own and
 	// every status would be lost.
 	signal.Notify(r.notify, unix.SIGCHLD)
@@ -150,6 +151,11 @@ func (r *Reaper) Stop() { signal.Stop(r.notify) }
 // Orphans is how many exits of unregistered processes have been reaped.
 func (r *Reaper) Orphans() uint64 { return r.orphans.Load() }
 
+// OrphanReaped receives after an orphan has been reaped: a token, not a
+// count, for one reader that then looks at what it waits for (an Envoy
+// whose pilot-agent died is such an orphan).
+func (r *Reaper) OrphanReaped() <-chan struct{} { return r.orphan }
+
 // Run reaps until ctx ends.
 func (r *Reaper) Run(ctx context.Context) error {
 	defer signal.Stop(r.notify)
@@ -195,6 +201,10 @@ func (r *Reaper) dispatch(e Exit) {
 	r.mu.Unlock()
 	if !ok {
 		r.orphans.Add(1)
+		select {
+		case r.orphan <- struct{}{}:
+		default: // a token is waiting already
+		}
 		return
 	}
 	ch <- e // buffered, one send per registration

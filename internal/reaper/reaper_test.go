@@ -161,6 +161,12 @@ func TestOrphanStorm(t *testing.T) {
 	if z := proctest.Zombies(os.Getpid()); len(z) > 0 {
 		t.Errorf("%d zombies left: %v", len(z), z)
 	}
+	// A token, not a count: the reader looks at what it waits for.
+	select {
+	case <-r.OrphanReaped():
+	default:
+		t.Error("no word of the orphans reaped")
+	}
 }
 
 // A command that cannot be started is an error that says why, with the

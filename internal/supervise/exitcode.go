@@ -3,6 +3,7 @@ package supervise
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +55,10 @@ type Event struct {
 	EverReady bool
 	// Asked: ProxyExit, whether a stop had been asked for.
 	Asked bool
+	// MidDrain: ProxyExit, unasked, while the termination's drain ran
+	// (pilot-agent's panic when its drain POST fails, istio#60494). It
+	// decides even after the deletion's 0, which said all went well.
+	MidDrain bool
 	// FailOnEnvoyDeath: ProxyExit, --fail-on-envoy-death.
 	FailOnEnvoyDeath bool
 	// Actor: ActorFailed, which part failed.
@@ -77,6 +82,8 @@ type Event struct {
 //	preStop before ever ready               nothing
 //	the proxy exited                        its code; 1 for an exit 0 nobody asked for
 //	                                        under --fail-on-envoy-death
+//	the proxy exited by itself mid-drain    its code, as above, even after the deletion's
+//	                                        0: the one event that replaces a decision
 //	a part of the supervisor failed         1: it must not exit 0 as if all went well
 //	the proxy could not be started          126 or 127, as a shell
 func decide(e Event) (code int, why string, decisive bool) {
@@ -114,6 +121,9 @@ func decide(e Event) (code int, why string, decisive bool) {
 		if e.Asked {
 			return e.Code, "proxy exited", true
 		}
+		if e.MidDrain {
+			return e.Code, fmt.Sprintf("proxy exited by itself with code %d", e.Code), true
+		}
 		return e.Code, "proxy exited by itself", true
 	case ActorFailed:
 		return 1, e.Actor + " failed", true
@@ -134,12 +144,42 @@ func peerFailed(e Event) (code int, why string, decisive bool) {
 // ExitCode is the supervisor's exit code for a sequence of events: the
 // code the first decisive one fixes. Later events change nothing, so a
 // proxy that crashes while it is stopped after a successful Job still
-// leaves 0. ok is false while no event has been decisive.
+// leaves 0, but for one: a proxy that exits by itself during the drain
+// replaces the deletion's 0 (see take). ok is false while no event has
+// been decisive.
 func ExitCode(events []Event) (code int, why string, ok bool) {
+	var d decision
 	for _, e := range events {
-		if code, why, ok := decide(e); ok {
-			return code, why, true
-		}
+		d = d.take(e, time.Time{})
 	}
-	return 0, "", false
+	return d.code, d.why, d.decided
+}
+
+// decision is the exit code the first decisive event fixed, why, and when.
+// The zero value is no decision yet.
+type decision struct {
+	code    int
+	why     string
+	decided bool
+	at      time.Time
+}
+
+// take is the decision once e, at time at, has happened. Only the first
+// decisive event decides, except a proxy that exits by itself in the
+// middle of the drain: the drain was the deletion's (its preStop or
+// SIGTERM decided 0, all well), and a proxy that died under it is not
+// well; its why keeps what it replaced.
+func (d decision) take(e Event, at time.Time) decision {
+	replaces := d.decided && e.Kind == ProxyExit && e.MidDrain
+	if d.decided && !replaces {
+		return d
+	}
+	code, why, ok := decide(e)
+	if !ok {
+		return d
+	}
+	if replaces {
+		why += " during the drain that " + d.why + " started"
+	}
+	return decision{code: code, why: why, decided: true, at: at}
 }

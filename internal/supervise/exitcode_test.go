@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -66,6 +67,12 @@ func TestExitCodeTable(t *testing.T) {
 			events: []Event{{Kind: ProxyExit, Code: 0, FailOnEnvoyDeath: true}}, code: 1, fixed: true},
 		{row: "the proxy exited 0 when asked, --fail-on-envoy-death",
 			events: []Event{{Kind: ProxyExit, Code: 0, Asked: true, FailOnEnvoyDeath: true}}, code: 0, fixed: true},
+		{row: "preStop, then the proxy exited by itself mid-drain (pilot-agent's panic): its code",
+			events: []Event{{Kind: PreStop, EverReady: true}, {Kind: ProxyExit, Code: 2, MidDrain: true}, {Kind: ProxyExit, Code: 0, Asked: true}}, code: 2, fixed: true},
+		{row: "SIGTERM, then the proxy exited 0 mid-drain, --fail-on-envoy-death",
+			events: []Event{{Kind: Signal, Signal: syscall.SIGTERM, EverReady: true}, {Kind: ProxyExit, Code: 0, MidDrain: true, FailOnEnvoyDeath: true}}, code: 1, fixed: true},
+		{row: "a failure, then a deletion's drain the proxy died in: the proxy's code",
+			events: []Event{{Kind: PreStop, EverReady: true}, {Kind: PeersSettled, Code: 3, Peer: "job"}, {Kind: ProxyExit, Code: 139, MidDrain: true}}, code: 139, fixed: true},
 		{row: "a part of the supervisor failed",
 			events: []Event{{Kind: ActorFailed, Actor: "health server"}, {Kind: ProxyExit, Code: 0, Asked: true}}, code: 1, fixed: true},
 		{row: "command not found",
@@ -85,6 +92,9 @@ func TestExitCodeTable(t *testing.T) {
 			}
 			if fixed && why == "" {
 				t.Error("a fixed code must say which event fixed it")
+			}
+			if fixed && tt.events[len(tt.events)-1].MidDrain && !strings.Contains(why, "during the drain that ") {
+				t.Errorf("why %q does not say the proxy's exit mid-drain replaced a decision", why)
 			}
 		})
 	}

@@ -84,15 +84,6 @@ type lifecycle struct {
 	decided chan struct{} // closed once an event has fixed the exit code
 }
 
-// decision is the exit code the first decisive event fixed, why, and when.
-// The zero value is no decision yet.
-type decision struct {
-	code    int
-	why     string
-	decided bool
-	at      time.Time
-}
-
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
 	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{}), decided: make(chan struct{})}
 	onPhase(Starting)
@@ -122,11 +113,12 @@ func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 
 // record takes an event. The first decisive one fixes the exit code (as
 // ExitCode would over the whole sequence); the rest change nothing and are
-// dropped, so a signal storm costs no memory. A signal's or a preStop's
-// EverReady is the lifecycle's own, read under the same lock as the
-// decision: between a caller's read and its record the first readiness
-// could otherwise be taken, and the app told so, while the code and the
-// stop went the never-ready way. It returns that answer.
+// dropped, so a signal storm costs no memory. The one exception, a proxy's
+// own exit in the middle of the drain, is decision.take's. A signal's or a
+// preStop's EverReady is the lifecycle's own, read under the same lock as
+// the decision: between a caller's read and its record the first
+// readiness could otherwise be taken, and the app told so, while the code
+// and the stop went the never-ready way. It returns that answer.
 func (l *lifecycle) record(e Event) (everReady bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -134,11 +126,9 @@ func (l *lifecycle) record(e Event) (everReady bool) {
 	if e.Kind == Signal || e.Kind == PreStop {
 		e.EverReady = everReady
 	}
-	if l.decision.decided {
-		return everReady
-	}
-	if code, why, ok := decide(e); ok {
-		l.decision = decision{code: code, why: why, decided: true, at: time.Now()}
+	was := l.decision.decided
+	l.decision = l.decision.take(e, time.Now())
+	if !was && l.decision.decided {
 		close(l.decided)
 	}
 	return everReady
@@ -229,6 +219,17 @@ func (l *lifecycle) draining() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.drain != nil
+}
+
+// drainRunning is the termination's drain while the phase is Draining;
+// nil otherwise (none, or the proxy is stopping).
+func (l *lifecycle) drainRunning() *drainRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != Draining {
+		return nil
+	}
+	return l.drain
 }
 
 // beginDrain starts the termination's drain, moving to Draining, or joins

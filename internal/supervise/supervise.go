@@ -51,6 +51,7 @@ type Config struct {
 
 	DrainMin             time.Duration
 	DrainTimeout         time.Duration
+	DrainDelay           time.Duration // from the drain's start to its close hints
 	DrainInboundOnly     bool
 	DrainHealthcheckFail bool
 	Owner                portwatch.Owner // tells the app's ports and connections from the proxy's
@@ -107,6 +108,8 @@ type Supervisor struct {
 	book   *completion.Book
 	proc   *proxy.Process // forked by Run
 
+	stopping chan struct{} // closed by the one move to Stopping
+
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 }
@@ -132,10 +135,11 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg.GracePeriod = DefaultGracePeriod
 	}
 	s := &Supervisor{
-		cfg:     cfg,
-		log:     cfg.Log,
-		scanner: portwatch.NewScanner(cfg.Log),
-		start:   time.Now(),
+		cfg:      cfg,
+		log:      cfg.Log,
+		scanner:  portwatch.NewScanner(cfg.Log),
+		start:    time.Now(),
+		stopping: make(chan struct{}),
 	}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
@@ -302,13 +306,9 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 		}, interrupt)
 	}
 
-	add("proxy", s.waitProxy, func(error) {
-		select {
-		case <-s.proc.Exited():
-		default: // another actor ended first
-			s.stop("shutting down")
-		}
-	})
+	// Another actor ended first: the proxy stops, or what its leader left
+	// (holdRemains) does. Once the proxy has exited, the move is refused.
+	add("proxy", s.waitProxy, func(error) { s.stop("shutting down") })
 	for _, a := range []struct {
 		name string
 		run  func(context.Context) error
@@ -334,7 +334,11 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 // waitProxy is the actor whose end ends the group.
 func (s *Supervisor) waitProxy() error {
 	e := s.proc.Wait()
-	s.checkEnvoyAtExit()
+	s.holdRemains(e, s.checkEnvoyAtExit())
+	// Before the group is killed: what the tracker sees after this is the
+	// kill, not a death. Not before the hold: the tracker's end would end
+	// the group, the signals and the sockets with it.
+	s.tracker.Gone("proxy exited")
 	s.proc.Finish()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
@@ -362,18 +366,57 @@ const envoyProbeMax = 50 * time.Millisecond
 // left in its group is killed. pilot-agent exits 0 within milliseconds of
 // Envoy's death, well inside the tracker's poll of a ready proxy, so the
 // tracker has usually not seen the admin port refuse: a port that refuses
-// now says Envoy died first, and the exit is logged as its death.
-func (s *Supervisor) checkEnvoyAtExit() {
+// now says Envoy died first, and the exit is logged as its death. It
+// reports whether the admin port is still bound: an Envoy outlived the
+// leader.
+func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
-		if bound, err := s.cfg.Admin.Bound(ctx); err == nil && !bound {
+		bound, err := s.cfg.Admin.Bound(ctx)
+		if err == nil && !bound {
 			s.life.noteEnvoyDown(time.Now())
 		}
+		envoyUp = err == nil && bound
 	}
-	// Before the group is killed: what the tracker sees after this is the
-	// kill, not a death.
-	s.tracker.Gone("proxy exited")
+	return envoyUp
+}
+
+// holdRemains keeps an Envoy whose leader (pilot-agent) exited by itself
+// in the middle of the drain, until the drain ends: it still carries the
+// app's requests, and killing it with the group would cut them while the
+// app runs and the drain's bound has not passed. pilot-agent 1.28 to 1.30
+// panics when its drain POST fails (istio#60494). The exit is recorded at
+// once, and replaces the deletion's 0 (decision.take). When the drain
+// ends (or what was left exits by itself, or a stop is asked for: a native
+// sidecar's SIGTERM once the app has gone, SIGQUIT), what is left is
+// stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
+func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
+	run := s.life.drainRunning()
+	if run == nil {
+		return
+	}
+	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
+	if !envoyUp {
+		return
+	}
+	s.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
+		"pid", s.proc.Pid(), "status", e.String())
+	gone := s.proc.Remains()
+	select {
+	case <-run.done:
+		s.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(run.result.End))
+	case <-gone:
+		s.log.Warn("what the proxy's leader left in its group exited during the drain")
+	case <-s.stopping:
+	}
+	s.stop("the drain ended after the proxy's leader exited")
+	s.proc.StopLeft(gone)
+	select {
+	case <-gone:
+		s.log.Info("nothing the proxy's leader left in its group runs any more")
+	default: // SIGKILLed; Finish kills it again, and the PID namespace ends with us
+	}
 }
 
 // stop moves to Stopping and starts the proxy's stop sequence, once.
@@ -381,6 +424,7 @@ func (s *Supervisor) stop(why string) {
 	if _, ok := s.life.move(Stopping, why); !ok {
 		return
 	}
+	close(s.stopping)
 	s.log.Info("stop requested", "reason", why)
 	s.proc.Stop()
 	s.book.Unwatch()

@@ -156,6 +156,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		Owner:           s.cfg.Owner,
 		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
+		Delay:           s.cfg.DrainDelay,
 		Call:            s.drainCallFor,
 		HealthcheckFail: s.cfg.DrainHealthcheckFail,
 		Running:         s.book.Running,
