@@ -32,6 +32,11 @@ func TestNoFirstReadinessAfterTheStopIsDecided(t *testing.T) {
 	sup := p.supervise([]string{"--quit-grace", "1s", "--stop-timeout", "3s", "--termination-log", msg},
 		"--stay-initializing", "--hang-on-term", "--control", ctl)
 	sup.WaitLog("proxy started", soon)
+	// The fake's control socket is its own, made as it starts: the test
+	// turns it LIVE through it below.
+	if !proctest.Until(soon, func() bool { _, err := os.Stat(ctl); return err == nil }) {
+		t.Fatalf("the fake Envoy made no control socket %s", ctl)
+	}
 
 	ran := filepath.Join(p.dir, "ran")
 	// Their bound outlasts the supervisor: they must give up because the
