@@ -75,6 +75,27 @@ func (d Dir) Create() error {
 // the peer's next run. Load of the peers' directory skips it (a dotfile).
 func (d Dir) Posted() Dir { return Dir{path: filepath.Join(d.path, ".posted")} }
 
+// Superseded is the directory where the supervisor keeps, as copies, the
+// records that an earlier run of the pod left (before a
+// RestartAllContainers): a record of a name dated at or before its copy's
+// time there counts as none.
+func (d Dir) Superseded() Dir { return Dir{path: filepath.Join(d.path, ".superseded")} }
+
+// Restarting is the directory where the supervisor keeps the record whose
+// exit makes the kubelet restart every container of the pod, from the
+// moment it sees it until its successor, in the pod's next run, has
+// superseded the run's records: the app's next run marks its record running
+// again, maybe before that successor reads it.
+func (d Dir) Restarting() Dir { return Dir{path: filepath.Join(d.path, ".restarting")} }
+
+// Remove removes name's record, durably; a record already gone is no error.
+func (d Dir) Remove(name string) error {
+	if err := os.Remove(d.file(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return d.sync()
+}
+
 // CreatePrivate makes the directory writable by its owner alone, with the
 // same checks as Create: a peer that planted a symlink or a directory of its
 // own there is refused, never followed.
