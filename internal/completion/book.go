@@ -411,7 +411,7 @@ func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
 // storeDecided is store with recs' verdict v already decided.
 func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why string) peers.Verdict {
 	old := b.recs
-	b.recs, b.verdict = recs, v
+	b.recs, b.verdict, b.started = recs, v, true
 	if v.PodRestart != "" {
 		b.keepTrigger(recs, v.PodRestart)
 	}
