@@ -119,7 +119,7 @@ func Open(cfg Config) (*Book, error) {
 		for name, r := range old {
 			b.outdated[name] = r.Time
 		}
-		b.logSkipped(errs)
+		warnOwn(cfg.Log, errs)
 	}
 	// Watched from now on, so that nothing written between the first read
 	// and Watch goes unseen until a rescan.
@@ -251,7 +251,7 @@ func (b *Book) supersede(recs map[string]peers.Record) {
 	if b.oldKept {
 		var errs []error
 		kept, errs = b.trigger.Load([]uint32{uint32(os.Geteuid())})
-		b.logSkipped(errs)
+		warnOwn(b.cfg.Log, errs)
 	}
 	for name := range kept {
 		trigger, ok = name, true
@@ -282,6 +282,15 @@ func (b *Book) supersede(recs map[string]peers.Record) {
 	}
 	b.cfg.Log.Info("the pod was restarted in place (RestartAllContainers); the earlier run's records no longer count",
 		"trigger", trigger, "superseded", names)
+}
+
+// warnOwn logs what a read of a directory of the supervisor's own skipped,
+// which no peer can write in: logSkipped's summary is for peers/, and a
+// call of it would reset what it has said.
+func warnOwn(log *slog.Logger, errs []error) {
+	if len(errs) > 0 {
+		log.Warn("the supervisor's own records skipped", "skipped", len(errs), "first", errs[0])
+	}
 }
 
 // keepTrigger keeps the record that restarts the whole pod, once per
