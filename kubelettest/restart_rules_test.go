@@ -52,9 +52,13 @@ func TestRestartRules(t *testing.T) {
 			if tc.action == corev1.ContainerRestartRuleActionRestart {
 				// The proxy outlived the first run: one container, one run.
 				wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}})
-				if last := job.LastTerminationState.Terminated; last == nil || last.ExitCode != 42 {
+				last := job.LastTerminationState.Terminated
+				if last == nil || last.ExitCode != 42 {
 					t.Fatalf("the app's first run: %+v, want exit 42", last)
 				}
+				defer func() {
+					note(t, "the app's exit 42 → its restart %s (the kubelet's times are to the second)", startedOf(n, t, p).Sub(last.FinishedAt.Time).Round(time.Second))
+				}()
 			} else {
 				// The proxy and the install container ran again, from
 				// scratch; the new supervisor set the first run aside.
@@ -65,12 +69,7 @@ func TestRestartRules(t *testing.T) {
 					t.Fatalf("the restarted supervisor did not set the first run's records aside:\n%s", logs)
 				}
 			}
-			ready := logged(t, logs, readyLine)
-			app, err := n.criStatus(containerIDs(t, p)["job"])
-			if err != nil {
-				t.Fatal(err)
-			}
-			readyToApp := app.started().Sub(ready)
+			readyToApp := startedOf(n, t, p).Sub(logged(t, logs, readyLine))
 			note(t, "the second run: proxy ready → app started %s; restarts: install %d, envoy %d, job %d",
 				readyToApp.Round(time.Millisecond), status(p, "install").RestartCount, envoy.RestartCount, job.RestartCount)
 			if readyToApp < -50*time.Millisecond || readyToApp > 30*time.Second {
@@ -102,4 +101,15 @@ func restartPod(t *testing.T, manifest, name string, action corev1.ContainerRest
 	// the kubelet starts the app's container at all.
 	slowStart(t, envoy)
 	return pod
+}
+
+// startedOf is when the app's container, its last run's, started, as the
+// runtime reports it (the kubelet's times are to the second).
+func startedOf(n *node, t *testing.T, p *corev1.Pod) time.Time {
+	t.Helper()
+	app, err := n.criStatus(containerIDs(t, p)["job"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app.started()
 }
