@@ -644,12 +644,16 @@ func (b *Book) Running() int {
 	return n
 }
 
-// Peers returns every peer with a record, and the verdict.
+// Peers returns every peer with a record of this run of the pod, and the
+// verdict.
 func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[string]Peer, len(b.recs))
 	for name, r := range b.recs {
+		if t, ok := b.outdated[name]; ok && r.Final() && !r.Time.After(t) {
+			continue // an earlier run's of the pod: it says nothing of this one
+		}
 		p := Peer{Running: r.Running, Time: r.Time}
 		if !r.Running {
 			code := r.ExitCode

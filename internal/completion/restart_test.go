@@ -42,6 +42,9 @@ func TestBookSupersedesAnEarlierRunOfThePod(t *testing.T) {
 	if v := second.Load("start"); v.Settled || v.Awaiting != 2 {
 		t.Fatalf("the next run's start: %+v, want both peers awaited", v)
 	}
+	if ps, _ := second.Peers(); len(ps) != 0 {
+		t.Fatalf("the status shows the earlier run's records: %+v", ps)
+	}
 	if err := d.Write(peers.Record{Name: "job", ExitCode: 0, Time: t0.Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
