@@ -86,7 +86,7 @@ func ParsePeerRestart(s string) (map[string]PeerRestart, error) {
 	if strings.TrimSpace(s) == "" {
 		return out, nil
 	}
-	for entry := range strings.SplitSeq(s, ";") {
+	for _, entry := range strings.Split(s, ";") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
@@ -155,7 +155,7 @@ func parseRule(head, codes string) (Rule, error) {
 	default:
 		return r, fmt.Errorf("rule %s: operator %s: want In or NotIn", r.Action, quote(op))
 	}
-	for c := range strings.SplitSeq(codes, ",") {
+	for _, c := range strings.Split(codes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || ValidCode(n) != nil {
 			return r, fmt.Errorf("rule %s: exit code %s: want a decimal integer from 0 to 255", r.Action, quote(strings.TrimSpace(c)))
