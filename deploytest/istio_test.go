@@ -389,6 +389,14 @@ func TestIstioInjectionPolicy(t *testing.T) {
 	second := pod.Containers[0].DeepCopy()
 	second.Name = "uploader"
 	second.Command = []string{"/opt/proxy-supervisor/bin/proxy-supervisor", "exec", "--name=uploader", "--", "true"}
+	// The app's own restart policy and rules (Kubernetes 1.35 and later),
+	// which only the template can see: --peer-restart repeats them.
+	never := corev1.ContainerRestartPolicyNever
+	pod.Containers[0].RestartPolicy = &never
+	pod.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{
+		{Action: corev1.ContainerRestartRuleActionRestart, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}},
+		{Action: corev1.ContainerRestartRuleActionRestartAllContainers, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{0, 42}}},
+	}
 	pod.Containers = append(pod.Containers, *second)
 	raw, err := yaml.Marshal(&job)
 	if err != nil {
@@ -396,7 +404,8 @@ func TestIstioInjectionPolicy(t *testing.T) {
 	}
 	spec := mustInject(t, in, raw)
 	cmd := find(spec.Containers, "istio-proxy").Command
-	for _, flag := range []string{"--peers=job,uploader", "--restart-policy=OnFailure", "--grace-period=45s"} {
+	for _, flag := range []string{"--peers=job,uploader", "--restart-policy=OnFailure", "--grace-period=45s",
+		"--peer-restart=job=Never,Restart:In(42),RestartAllContainers:NotIn(0,42)"} {
 		if !slices.Contains(cmd, flag) {
 			t.Errorf("command %q lacks %s", cmd, flag)
 		}

@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"cmp"
+	"fmt"
 	"net"
 	"os"
 	"path"
@@ -326,6 +327,14 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 	wantPolicy := cmp.Or(string(spec.RestartPolicy), string(corev1.RestartPolicyAlways))
 	if got := p.flag("restart-policy", "Never"); got != wantPolicy {
 		t.Errorf("restartPolicy %q with --restart-policy=%s, want %s", spec.RestartPolicy, got, wantPolicy)
+	}
+	// An app's own restart policy and rules, which the downward API
+	// cannot give either (docs/design.md, --peer-restart).
+	given := strings.Split(p.flag("peer-restart", ""), ";")
+	for _, c := range spec.Containers {
+		if want := peerRestart(c); want != "" && !slices.Contains(given, want) {
+			t.Errorf("container %s has its own restart policy: --peer-restart=%s lacks %s", c.Name, p.flag("peer-restart", ""), want)
+		}
 	}
 	// The peers: the names the apps report with.
 	if spec := p.flag("peers", "1"); len(peers) > 0 {
@@ -659,4 +668,24 @@ func checkEnvoyDrainTime(t *testing.T, c *corev1.Container, bound time.Duration)
 	if d := time.Duration(n) * time.Second; d*2/3 < bound {
 		t.Errorf("%s: --drain-time-s %d: Envoy may close the app's long streams %v into the drain, before its bound %v", c.Name, n, d*2/3, bound)
 	}
+}
+
+// peerRestart is the --peer-restart entry of a container with a restart
+// policy of its own, "" for one without.
+func peerRestart(c corev1.Container) string {
+	if c.RestartPolicy == nil {
+		return ""
+	}
+	e := c.Name + "=" + string(*c.RestartPolicy)
+	for _, r := range c.RestartPolicyRules {
+		if r.ExitCodes == nil {
+			continue
+		}
+		var codes []string
+		for _, v := range r.ExitCodes.Values {
+			codes = append(codes, strconv.Itoa(int(v)))
+		}
+		e += fmt.Sprintf(",%s:%s(%s)", r.Action, r.ExitCodes.Operator, strings.Join(codes, ","))
+	}
+	return e
 }

@@ -461,3 +461,42 @@ func controlDirFlag(f *flags, usage string) *string {
 	f.fs.Var(&d, "control-dir", usage)
 	return (*string)(&d)
 }
+
+// peerRestarts is --peer-restart: each app container's own restartPolicy
+// and restartPolicyRules, in the pod's words.
+type peerRestarts map[string]peers.PeerRestart
+
+func (p *peerRestarts) String() string {
+	var out []string
+	for _, name := range p.names() {
+		e := (*p)[name]
+		s := name + "=" + string(e.Policy)
+		for _, r := range e.Rules {
+			s += "," + r.String()
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ";")
+}
+
+// names are the peers given, sorted (sort.Strings: a generic sort of a
+// map's keys costs the binary an instantiation of its own).
+func (p *peerRestarts) names() []string {
+	names := make([]string, 0, len(*p))
+	for name := range *p {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (p *peerRestarts) placeholder() string { return "RULES" }
+
+func (p *peerRestarts) Set(v string) error {
+	m, err := peers.ParsePeerRestart(v)
+	if err != nil {
+		return err
+	}
+	*p = m
+	return nil
+}

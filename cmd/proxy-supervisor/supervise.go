@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
@@ -79,6 +81,7 @@ type superviseOptions struct {
 	stopTimeout, quitGrace *time.Duration
 	gracePeriod, hungAfter *time.Duration
 	appPorts               portList
+	peerRestart            peerRestarts
 	proxyUID               optionalUID
 	allowed                uidList
 	inbound, hcFail        *bool
@@ -104,6 +107,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.peerSpec = f.text("peers", "1", "N|NAME,...", "how many app containers must report completion, or a comma list of their names")
 	o.restart = &choice{string(peers.Never), restartNames()}
 	f.fs.Var(o.restart, "restart-policy", "the pod's restartPolicy: Never (any exit of the app is final; a failure stops the proxy with the app's code), OnFailure (only success ends it), Always (a Deployment's: no exit of the app stops the proxy)")
+	f.fs.Var(&o.peerRestart, "peer-restart", "each app container's own restartPolicy and restartPolicyRules, which the kubelet follows instead of the pod's and the downward API cannot give: entries NAME=POLICY[,RULE...] separated by ';', POLICY Never, OnFailure or Always, each RULE ACTION:In(CODE,...) or ACTION:NotIn(CODE,...) with ACTION Restart or RestartAllContainers, such as job=Never,Restart:In(42); a peer without an entry follows --restart-policy")
 	o.onFailure = &choice{"", []string{"exit", "wait"}}
 	f.fs.Var(o.onFailure, "on-peer-failure", "deprecated: exit is --restart-policy Never, wait is OnFailure; an error when the two disagree")
 	o.native = f.fs.Bool("native-sidecar", false, "run as a native sidecar (initContainers, restartPolicy Always): completion does not end the supervisor; SIGTERM does, at once when the app has gone, and preStop returns once the drain has started")
@@ -155,6 +159,11 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 	if err != nil {
 		return supervise.Config{}, err
 	}
+	for _, name := range o.peerRestart.names() {
+		if len(names) > 0 && !slices.Contains(names, name) {
+			return supervise.Config{}, usagef("--peer-restart: peer %q is not one of --peers %s", name, strings.Join(names, ","))
+		}
+	}
 	if o.policy, err = restartPolicy(o.restart.val, f.given("restart-policy", env), o.onFailure.val); err != nil {
 		return supervise.Config{}, err
 	}
@@ -174,6 +183,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 			Names:   names,
 			Restart: o.policy,
 			Native:  *o.native,
+			Peers:   o.peerRestart,
 		},
 		QuitGrace:            *o.quitGrace,
 		StopTimeout:          *o.stopTimeout,

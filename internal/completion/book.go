@@ -66,6 +66,9 @@ type Book struct {
 	posted   peers.Dir
 	kept     bool            // posted completions can be kept on disk
 	notifier *peers.Notifier // nil where inotify is not available
+	oldRuns  peers.Dir       // copies of an earlier run's records; see supersede
+	trigger  peers.Dir       // the record that restarts the whole pod; see supersede
+	oldKept  bool            // and both can be kept on disk
 
 	mu        sync.Mutex
 	recs      map[string]peers.Record
@@ -78,14 +81,19 @@ type Book struct {
 	settled   chan struct{}           // closed while the verdict is settled
 	reopened  chan struct{}           // closed when a settled verdict opens again; then replaced
 	settledAt time.Time
+	started   bool                 // the first read, the supervisor's start, is done
+	outdated  map[string]time.Time // records of an earlier run of the pod, by name and time
+	triggered bool                 // this run's trigger is kept in trigger
 }
 
-// Open creates the records directory (and the control dir, if missing) and
-// the store of posted completions, then returns the book; it reads nothing
-// yet. The book keeps both directories open and reads them, and only them,
+// Open creates the records directory (and the control dir, if missing),
+// the store of posted completions and those of an earlier run's records
+// (see supersede), then returns the book; it reads no peer's record yet.
+// The book keeps these directories open and reads them, and only them,
 // through their descriptors (see Replaced). A peer can plant something
-// where the posted store goes (peers/ is writable by all); completions that
-// come by POST alone then still count for this run, but are not kept,
+// where a store of the supervisor's goes (peers/ is writable by all);
+// completions that come by POST alone then still count for this run, and
+// an earlier run's records are still set aside, but neither is kept,
 // rather than the supervisor failing to start.
 func Open(cfg Config) (*Book, error) {
 	if cfg.Rescan <= 0 {
@@ -109,6 +117,22 @@ func Open(cfg Config) (*Book, error) {
 	} else {
 		b.kept = true
 	}
+	b.outdated = map[string]time.Time{}
+	var oerr, terr error
+	b.oldRuns, oerr = held.CreateSuperseded()
+	b.trigger, terr = held.CreateRestarting()
+	if err := errors.Join(oerr, terr); err != nil {
+		b.oldRuns.Close()
+		b.trigger.Close()
+		cfg.Log.Warn("which records an earlier run of the pod left will not survive a restart", "err", err)
+	} else {
+		b.oldKept = true
+		old, errs := b.oldRuns.Load([]uint32{uint32(os.Geteuid())})
+		for name, r := range old {
+			b.outdated[name] = r.Time
+		}
+		warnOwn(cfg.Log, errs)
+	}
 	// Watched from now on, so that nothing written between the first read
 	// and Watch goes unseen until a rescan.
 	if b.notifier, err = cfg.Records.Notify(); err != nil {
@@ -126,6 +150,8 @@ func (b *Book) Close() {
 	}
 	b.cfg.Records.Close()
 	b.posted.Close()
+	b.oldRuns.Close()
+	b.trigger.Close()
 }
 
 // Unwatch stops the notifier's events for good, once nothing the records
@@ -206,7 +232,96 @@ func (b *Book) load(why string, also ...string) peers.Verdict {
 		recs[name] = latest(recs[name], r)
 	}
 	b.logSkipped(errs)
+	if !b.started {
+		b.started = true
+		b.supersede(recs)
+	}
 	return b.store(recs, why)
+}
+
+// policy is the configured policy with the records of earlier runs of the
+// pod. The caller holds mu.
+func (b *Book) policy() peers.Policy {
+	p := b.cfg.Policy
+	p.Superseded = b.outdated
+	return p
+}
+
+// supersede runs at the supervisor's start. A record that makes the
+// kubelet restart every container (a RestartAllContainers rule matched),
+// kept by the previous supervisor when it saw it (keepTrigger) or still in
+// peers/, means that this supervisor runs in a later run of the pod: the
+// kubelet kills and removes every container before it starts the pod again
+// from its init containers, so the run that wrote the record has ended, and
+// with it every final record now on disk, the records of the peers it
+// killed included. They all count as none from now on. The kept copy is
+// what counts when the app's next run has already marked its record
+// running again (a classic sidecar's app may start before the supervisor
+// has read anything). The copies of the superseded records make that
+// survive a restart of the proxy container alone; and once superseded, the
+// trigger is no longer one and its kept copy is gone, so that a later lone
+// restart supersedes nothing of the new run. The caller holds mu.
+func (b *Book) supersede(recs map[string]peers.Record) {
+	trigger, ok := b.policy().Restarts(recs)
+	var kept map[string]peers.Record
+	if b.oldKept {
+		var errs []error
+		kept, errs = b.trigger.Load([]uint32{uint32(os.Geteuid())})
+		warnOwn(b.cfg.Log, errs)
+	}
+	for name := range kept {
+		trigger, ok = name, true
+	}
+	if !ok {
+		return
+	}
+	var names []string
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		r := recs[name]
+		if !r.Final() {
+			continue // a live exec of the new run, holding its lock
+		}
+		r.Name = name
+		b.outdated[name] = r.Time
+		names = append(names, name)
+		if !b.oldKept {
+			continue
+		}
+		if err := b.oldRuns.Write(r); err != nil {
+			b.cfg.Log.Warn("could not keep which records an earlier run of the pod left", "peer", name, "err", err)
+		}
+	}
+	for name := range kept {
+		if err := b.trigger.Remove(name); err != nil {
+			b.cfg.Log.Warn("could not clear the record that restarted the pod", "peer", name, "err", err)
+		}
+	}
+	b.cfg.Log.Info("the pod was restarted in place (RestartAllContainers); the earlier run's records no longer count",
+		"trigger", trigger, "superseded", names)
+}
+
+// warnOwn logs what a read of a directory of the supervisor's own skipped,
+// which no peer can write in: logSkipped's summary is for peers/, and a
+// call of it would reset what it has said.
+func warnOwn(log *slog.Logger, errs []error) {
+	if len(errs) > 0 {
+		log.Warn("the supervisor's own records skipped", "skipped", len(errs), "first", errs[0])
+	}
+}
+
+// keepTrigger keeps the record that restarts the whole pod, once per
+// supervisor, for supersede at the start of the pod's next run. The caller
+// holds mu.
+func (b *Book) keepTrigger(recs map[string]peers.Record, name string) {
+	if b.triggered || !b.oldKept {
+		return
+	}
+	b.triggered = true
+	r := recs[name]
+	r.Name = name
+	if err := b.trigger.Write(r); err != nil {
+		b.cfg.Log.Warn("could not keep the record that restarts the pod; its next run may count this run's records", "peer", name, "err", err)
+	}
 }
 
 // Anyone is the caller of a report that did not come over the socket (the
@@ -315,13 +430,16 @@ func (b *Book) keep(r peers.Record) {
 // store replaces the book with recs, logs what changed and settles the
 // verdict. The caller holds mu.
 func (b *Book) store(recs map[string]peers.Record, why string) peers.Verdict {
-	return b.storeDecided(recs, b.cfg.Policy.Decide(recs), why)
+	return b.storeDecided(recs, b.policy().Decide(recs), why)
 }
 
 // storeDecided is store with recs' verdict v already decided.
 func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why string) peers.Verdict {
 	old := b.recs
-	b.recs, b.verdict = recs, v
+	b.recs, b.verdict, b.started = recs, v, true
+	if v.PodRestart != "" {
+		b.keepTrigger(recs, v.PodRestart)
+	}
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		r := recs[name]
 		r.Name = name
@@ -336,10 +454,15 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 		if b.cfg.Recorded != nil {
 			b.cfg.Recorded(r)
 		}
-		switch restart := b.cfg.Policy.Restart; {
-		case restart == peers.Always:
+		_, own := b.cfg.Policy.Peers[name]
+		switch then := b.cfg.Policy.Then(name, r); {
+		case then == peers.RestartAll:
+			b.cfg.Log.Info("peer's exit restarts every container of the pod (RestartAllContainers, --peer-restart); keeping the proxy until SIGTERM", "peer", name, "exit_code", r.ExitCode)
+		case own && then == peers.RestartAlone:
+			b.cfg.Log.Info("peer's exit restarts it in place (--peer-restart); keeping the proxy for its restart", "peer", name, "exit_code", r.ExitCode)
+		case b.cfg.Policy.Restart == peers.Always:
 			b.cfg.Log.Info("peer ended; keeping the proxy for its restart (--restart-policy Always)", "peer", name, "exit_code", r.ExitCode)
-		case r.Failed() && restart == peers.OnFailure:
+		case then == peers.RestartAlone:
 			b.cfg.Log.Warn("peer failed; keeping the proxy for its restart (--restart-policy OnFailure)", "peer", name, "exit_code", r.ExitCode)
 		}
 	}
@@ -507,7 +630,7 @@ func (b *Book) apply(name string, r peers.Record, why string) peers.Verdict {
 		recs = make(map[string]peers.Record)
 	}
 	recs[name] = r
-	v := b.cfg.Policy.Decide(recs)
+	v := b.policy().Decide(recs)
 	if v.Settled {
 		return b.load(why, name)
 	}
@@ -574,12 +697,16 @@ func (b *Book) checkReplaced() {
 	b.replaced = err
 }
 
-// Peers returns every peer with a record, and the verdict.
+// Peers returns every peer with a record of this run of the pod, and the
+// verdict.
 func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[string]Peer, len(b.recs))
 	for name, r := range b.recs {
+		if t, ok := b.outdated[name]; ok && r.Final() && !r.Time.After(t) {
+			continue // an earlier run's of the pod: it says nothing of this one
+		}
 		p := Peer{Running: r.Running, Time: r.Time}
 		if !r.Running {
 			code := r.ExitCode

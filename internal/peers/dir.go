@@ -241,6 +241,30 @@ func (d Dir) CreateHeld() (Dir, error) {
 // Load of the peers' directory skips it (a dotfile).
 func (d Dir) CreatePosted() (Dir, error) { return d.createIn(".posted", privateMode) }
 
+// CreateSuperseded makes, in a held records directory, the directory where
+// the supervisor keeps, as copies, the records that an earlier run of the
+// pod left (before a RestartAllContainers), with the same checks as
+// CreatePosted, and returns it held: a record of a name dated at or before
+// its copy's time there counts as none.
+func (d Dir) CreateSuperseded() (Dir, error) { return d.createIn(".superseded", privateMode) }
+
+// CreateRestarting makes, in a held records directory, the directory where
+// the supervisor keeps the record whose exit makes the kubelet restart
+// every container of the pod, from the moment it sees it until its
+// successor, in the pod's next run, has superseded the run's records (the
+// app's next run marks its record running again, maybe before that
+// successor reads it), with the same checks as CreatePosted, and returns it
+// held.
+func (d Dir) CreateRestarting() (Dir, error) { return d.createIn(".restarting", privateMode) }
+
+// Remove removes name's record, durably; a record already gone is no error.
+func (d Dir) Remove(name string) error {
+	if err := d.remove(name); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &fs.PathError{Op: "remove", Path: d.file(name), Err: err}
+	}
+	return d.sync()
+}
+
 // createIn makes the directory name in d with mode, or fixes the mode of
 // the one there, and returns it held. It must be a real directory that
 // this uid owns: a peer that planted a symlink or a directory of its own

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Restart is the pod's restartPolicy, which the downward API cannot give a
@@ -47,6 +48,69 @@ type Policy struct {
 	// stays false) and SIGTERM is the way out. Verdict.Settled still tells
 	// a drain that every peer has ended.
 	Native bool
+	// Peers are the peers' own restart policies and rules
+	// (--peer-restart), which the kubelet follows instead of Restart.
+	Peers map[string]PeerRestart
+	// Superseded: a final record of a name dated at or before its time
+	// here is an earlier run of the pod's (before a RestartAllContainers)
+	// and counts as no record at all.
+	Superseded map[string]time.Time
+}
+
+// outcome is what one record means for the verdict.
+type outcome int
+
+const (
+	awaited  outcome = iota // running, or the kubelet runs the peer again
+	ended                   // final: the kubelet leaves the peer exited
+	restarts                // the kubelet restarts the whole pod
+)
+
+// Then is what the kubelet does after name's final record r: by the
+// peer's own rules and policy when --peer-restart gives them, else by the
+// pod's restartPolicy.
+func (p Policy) Then(name string, r Record) Action {
+	if pr, ok := p.Peers[name]; ok {
+		return pr.Then(r.ExitCode, r.Succeeded())
+	}
+	return PeerRestart{Policy: cmp.Or(p.Restart, Never)}.Then(r.ExitCode, r.Succeeded())
+}
+
+// outcome reads r as the kubelet will act on its exit code. Under the pod's
+// Always, an exit of a peer without rules of its own still ends it, for the
+// drain: no exit settles the verdict there anyway.
+func (p Policy) outcome(name string, r Record) outcome {
+	_, own := p.Peers[name]
+	switch {
+	case r.Running:
+		return awaited
+	case !own && p.Restart == Always:
+		return ended
+	}
+	switch p.Then(name, r) {
+	case RestartAll:
+		return restarts
+	case RestartAlone:
+		return awaited
+	}
+	return ended
+}
+
+// superseded reports whether r is an earlier run's of the pod.
+func (p Policy) superseded(name string, r Record) bool {
+	t, ok := p.Superseded[name]
+	return ok && r.Final() && !r.Time.After(t)
+}
+
+// Restarts reports whether recs hold a record that makes the kubelet
+// restart the whole pod (a RestartAllContainers rule matched), and whose.
+func (p Policy) Restarts(recs map[string]Record) (string, bool) {
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		if r := recs[name]; !p.superseded(name, r) && p.outcome(name, r) == restarts {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // ParsePeers parses --peers: a count ("1", "3") or a comma list of names
@@ -125,12 +189,25 @@ type Verdict struct {
 	// Awaiting is how many expected peers have yet to succeed; 0 once
 	// settled.
 	Awaiting int
+	// PodRestart names the peer whose exit makes the kubelet restart every
+	// container of the pod (a RestartAllContainers rule). Then nothing of
+	// this run of the pod is final: Settled (a drain waits for nobody, the
+	// kubelet kills everyone) but not Done (the restarted app needs a
+	// proxy, which the kubelet restarts too).
+	PodRestart string
 }
 
 // Decide reads the latest record of each peer (the map holds one per name,
 // so a repeated report has replaced the earlier one). The policy needs
 // Count distinct names, or every listed name, to succeed; a running record
 // is never final.
+//
+// Each record is read as the kubelet acts on its exit code: by the peer's
+// own restart policy and rules (Peers) when given, else by the pod's
+// (Restart). A peer the kubelet restarts alone (a Restart rule, its own
+// OnFailure or Always) stays pending; one whose exit restarts the whole pod
+// (a RestartAllContainers rule) makes the verdict a PodRestart at once.
+// Records that Superseded dates to an earlier run of the pod count as none.
 //
 // Under Never, a failed record settles the policy with that peer's code.
 // Records are taken in time order and the first decisive one wins, as the
@@ -151,8 +228,15 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 		r := recs[name]
 		r.Name = name
 		switch {
-		case r.Succeeded(), r.Failed() && p.Restart != OnFailure:
+		case p.superseded(name, r):
+			if len(p.Names) == 0 {
+				continue // with Count, a peer with no record has no name
+			}
+			pending = append(pending, name)
+		case p.outcome(name, r) == ended:
 			ends = append(ends, r)
+		case p.outcome(name, r) == restarts:
+			return Verdict{Settled: true, PodRestart: name, Code: r.ExitCode}
 		default:
 			pending = append(pending, name)
 		}
@@ -206,6 +290,8 @@ func (v Verdict) Why() string {
 		return fmt.Sprintf("peer %s failed with code %d", v.Failed, v.Code)
 	case len(v.Failures) > 0:
 		return fmt.Sprintf("every peer ended; failed: %s", strings.Join(v.Failures, ","))
+	case v.PodRestart != "":
+		return fmt.Sprintf("peer %s exited with %d, which restarts every container of the pod (RestartAllContainers)", v.PodRestart, v.Code)
 	}
 	return "every peer succeeded"
 }

@@ -27,6 +27,8 @@ func (s *Supervisor) awaitVerdict(ctx context.Context) error {
 			s.settle(ctx, v, why)
 			<-ctx.Done()
 			return nil
+		case v.PodRestart != "":
+			s.log.Info("the kubelet restarts every container of the pod; the proxy stays until its SIGTERM, which stops it at once", "reason", why)
 		case v.Settled:
 			s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
 		}
