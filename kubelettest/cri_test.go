@@ -56,12 +56,18 @@ func (n *node) criStatus(id string) (criStatus, error) {
 }
 
 // waitExits waits up to timeout for each named container to have finished,
-// and returns their statuses.
+// and returns their statuses. A container seen finished is not read again:
+// the kubelet removes a deleted pod's containers once the last has exited
+// (its container GC, every minute), and one that exited first may be gone
+// by the time the last exits.
 func (n *node) waitExits(t *testing.T, ids map[string]string, timeout time.Duration) map[string]criStatus {
 	t.Helper()
 	got := map[string]criStatus{}
 	err := proctest.Poll(timeout, func() error {
 		for name, id := range ids {
+			if _, seen := got[name]; seen {
+				continue
+			}
 			s, err := n.criStatus(id)
 			if err != nil {
 				return err
