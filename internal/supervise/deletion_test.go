@@ -103,7 +103,7 @@ func TestPreStopBeforeReadyReturnsAtOnce(t *testing.T) {
 // A peer that exec saw stopped from outside waits for the pod's
 // termination within the grace period and the window, counted from its
 // stop; one without that evidence waits the window alone, and other
-// failures, successes and OnFailure wait nothing.
+// failures and successes wait nothing.
 func TestDeletionWait(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	const window, grace = 2 * time.Second, 30 * time.Second
@@ -123,7 +123,8 @@ func TestDeletionWait(t *testing.T) {
 		{"stopped 10 s ago", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(10 * time.Second)}, grace + window - 10*time.Second},
 		{"stopped longer ago than the grace period", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(time.Hour)}, window},
 		{"stopped in the future", peers.Never, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(-time.Hour)}, grace + window},
-		{"OnFailure", peers.OnFailure, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(0)}, 0},
+		// A final failure under OnFailure: the peer's own rules made it so.
+		{"a peer's own Never, under OnFailure", peers.OnFailure, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(0)}, grace + window},
 	}
 	for _, tt := range tests {
 		s := &Supervisor{cfg: Config{DeletionWindow: window, GracePeriod: grace, Policy: peers.Policy{Restart: tt.restart}}}

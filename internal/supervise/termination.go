@@ -77,8 +77,9 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 
 // deletionWait is how long a verdict that stops the proxy waits, from now,
 // for the pod's deletion to reach the proxy before the failed peer's code
-// decides; zero: it decides at once. Only under Never: under OnFailure and
-// Always no failure stops the proxy.
+// decides; zero: it decides at once. Only a final failure stops the proxy:
+// under Never, or for a peer whose own policy (--peer-restart) the kubelet
+// does not restart it by; it is the verdict's to say which.
 //
 // A peer that exec saw stopped from outside (v.Stop: the kubelet's stop
 // signal, which exec forwarded) was stopped by the kubelet: on a pod's
@@ -95,7 +96,7 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 // window, a guess (DefaultDeletionWindow).
 func (s *Supervisor) deletionWait(v peers.Verdict, now time.Time) time.Duration {
 	switch {
-	case v.Failed == "" || s.cfg.Policy.Restart == peers.OnFailure:
+	case v.Failed == "":
 		return 0
 	case !v.Stop.IsZero():
 		bound := s.cfg.GracePeriod + s.cfg.DeletionWindow
