@@ -327,9 +327,13 @@ func (n *node) jobFigures(t *testing.T, f podForm, name string) jobRun {
 	// The order holds on any machine: the app starts after the proxy is
 	// ready (the supervisor logs its readiness just after it answers the
 	// gate, hence 50 ms), the proxy exits after the app and the phase
-	// follows the app's exit.
+	// follows the app's exit. A baseline's readiness is this test's poll of
+	// pilot-agent, which a starved node runs late (the app of Istio's
+	// native sidecar started 351 ms before the poll saw it ready, beside
+	// stress-ng): its start is reported, not held to the order.
 	for i, v := range []time.Duration{j.readyToApp, j.appToProxy, j.appToPhase} {
-		if v < -50*time.Millisecond || v > f.bounds[i] {
+		early := v < -50*time.Millisecond && (f.supervised || i > 0)
+		if early || v > f.bounds[i] {
 			t.Errorf("%s: figure %d is %s, outside 0 to %s", f.key, i, v, f.bounds[i])
 		}
 	}
