@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // streamBootstrap is sidecarBootstrap with the inbound connection manager's
@@ -20,15 +22,7 @@ var streamBootstrap = strings.Replace(sidecarBootstrap, "stat_prefix: inbound\n"
 // upgrade and echoes what follows.
 func (p *pod) serveUpgrade(addr string) net.Listener {
 	p.t.Helper()
-	return p.serve(addr, "app", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		nc, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		io.Copy(nc, brw)
-	}))
+	return p.serve(addr, "app", http.HandlerFunc(proctest.EchoUpgrade))
 }
 
 // stream is an upgraded stream through the proxy.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // tcpEcho is a raw connection to a tcp_proxy listener that echoes.
@@ -114,13 +116,7 @@ func wsUpstream(t *testing.T) *httptest.Server {
 			io.WriteString(w, "app")
 			return
 		}
-		nc, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		io.WriteString(nc, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		io.Copy(nc, brw)
+		proctest.EchoUpgrade(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
