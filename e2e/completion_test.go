@@ -152,6 +152,9 @@ func TestExecSignaledWhileWaiting(t *testing.T) {
 	sup := p.supervise(nil, "--stay-initializing")
 	app := p.app("app", nil, "echo must-not-run")
 	waitRecord(t, p.dir, "app", `"running":true`)
+	// The scenario is a proxy that is starting: a supervisor that reads
+	// the record at its own start finds the job settled and starts none.
+	sup.WaitLog("proxy started", soon)
 	app.Signal(syscall.SIGTERM)
 	if code := app.Exit(soon); code != 143 {
 		t.Fatalf("exec exit %d, want 143", code)
