@@ -65,6 +65,9 @@ const (
 	writeSlack = 10 * time.Second
 	// closeGrace bounds how long Close waits for answers in flight.
 	closeGrace = time.Second
+	// hookExit bounds how long Close waits for the processes that asked
+	// for a drain to exit once answered (see hooks).
+	hookExit = 5 * time.Second
 )
 
 // Backend is what the socket serves. The supervisor implements it.
@@ -98,12 +101,15 @@ type Completion struct {
 
 // Server serves the control socket.
 type Server struct {
-	srv  *http1.Server
-	path string
-	dir  int    // the socket's directory, open until Close
-	ino  uint64 // the socket file we bound, the only one Close removes
-	once sync.Once
-	log  *slog.Logger
+	srv   *http1.Server
+	hooks *hooks
+	// hookExit bounds the wait for the drain's callers in Close.
+	hookExit time.Duration
+	path     string
+	dir      int    // the socket's directory, open until Close
+	ino      uint64 // the socket file we bound, the only one Close removes
+	once     sync.Once
+	log      *slog.Logger
 
 	markMu   sync.Mutex
 	markable bool // no --allowed-uids: every uid may hear readiness
@@ -139,7 +145,7 @@ func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func
 		unix.Close(sd)
 		return nil, err
 	}
-	h := &handler{b: b, allowed: allowed, log: log}
+	h := &handler{b: b, allowed: allowed, log: log, hooks: &hooks{}}
 	cfg := http1.Config{
 		Name:    "control socket",
 		Handler: h.serve,
@@ -166,6 +172,8 @@ func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func
 	}
 	return &Server{
 		srv:      http1.NewServer(ln, cfg),
+		hooks:    h.hooks,
+		hookExit: hookExit,
 		log:      log,
 		markable: len(allowed) == 0,
 		path:     path,
@@ -352,10 +360,12 @@ func (s *Server) Serve() error { return s.srv.Serve() }
 // Close stops serving and removes the socket file. Long polls are ended
 // with their answer and answers being written are delivered (the request
 // that ended the job gets its 202), within closeGrace; then what is left
-// is cut. Connections between requests are closed at once.
+// is cut. Connections between requests are closed at once. Last, it waits
+// up to hookExit for every process that asked for a drain to exit.
 func (s *Server) Close() error {
 	err := s.srv.Close()
 	s.unlink()
+	s.hooks.wait(s.hookExit, s.log)
 	return err
 }
 
@@ -380,16 +390,29 @@ type peerKey struct{}
 // kernel (SO_PEERCRED) rather than from anything the client says. ok is
 // false for a context that did not come from the socket.
 func CallerUID(ctx context.Context) (uid uint32, ok bool) {
-	uid, ok = ctx.Value(peerKey{}).(uint32)
-	return uid, ok
+	cred, ok := ctx.Value(peerKey{}).(*unix.Ucred)
+	if !ok {
+		return 0, false
+	}
+	return cred.Uid, true
 }
 
-// withPeer adds to ctx the uid of the process at the other end of c. It is
-// read once: it is the process that connected, whatever it sends later.
+// callerPID is the pid of the process that made the request, in this
+// process's pid namespace; 0 when it is not in it, or unknown.
+func callerPID(ctx context.Context) int {
+	if cred, ok := ctx.Value(peerKey{}).(*unix.Ucred); ok {
+		return int(cred.Pid)
+	}
+	return 0
+}
+
+// withPeer adds to ctx the credentials of the process at the other end of
+// c. They are read once: it is the process that connected, whatever it
+// sends later.
 func withPeer(ctx context.Context, c net.Conn) context.Context {
 	if uc, ok := c.(*net.UnixConn); ok {
 		if cred, err := peerCred(uc); err == nil {
-			return context.WithValue(ctx, peerKey{}, cred.Uid)
+			return context.WithValue(ctx, peerKey{}, cred)
 		}
 	}
 	return ctx
@@ -417,6 +440,7 @@ type handler struct {
 	b       Backend
 	allowed []uint32
 	log     *slog.Logger
+	hooks   *hooks
 }
 
 // answer is what a request gets: a status and a value to send as JSON.
@@ -558,6 +582,7 @@ func (h *handler) complete(ctx context.Context, q http1.Query) answer {
 }
 
 func (h *handler) drain(ctx context.Context, q http1.Query) answer {
+	h.hooks.add(callerPID(ctx))
 	if q.Has("wait") {
 		wait, err := waitParam(q)
 		if err != nil {
