@@ -58,7 +58,8 @@ func alone(job *batchv1.Job) {
 
 // Jobs through the API, each form under Never (a success; a failure, which
 // the Job controller retries backoffLimit times) and OnFailure (the
-// kubelet restarts the app in the pod), classic and native: the Job's
+// kubelet restarts the app in the pod), classic (an install init container
+// and the proxy) and native (one container): the Job's
 // final condition, every pod's phase, every container's exit code and
 // restarts, and no failed hook in the events.
 func TestClusterJobs(t *testing.T) {
@@ -83,11 +84,11 @@ func TestClusterJobs(t *testing.T) {
 		{"classic-onfailure", "job-onfailure.yaml", false, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
 		{"native-never-ok", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
-			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
+			[]exits{{"envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
 		{"native-never-fail", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
-			slices.Repeat([]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
+			slices.Repeat([]exits{{"envoy": {0, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
 		{"native-onfailure", "job-native-sidecar.yaml", true, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
-			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
+			[]exits{{"envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -159,11 +160,12 @@ func TestClusterJobDeleted(t *testing.T) {
 	for _, tc := range []struct {
 		name, manifest string
 		policy         metav1.DeletionPropagation
+		exits          map[string]exited
 	}{
-		{"deleted-foreground", "job.yaml", metav1.DeletePropagationForeground},
-		{"deleted-background", "job.yaml", metav1.DeletePropagationBackground},
-		{"deleted-native-foreground", "job-native-sidecar.yaml", metav1.DeletePropagationForeground},
-		{"deleted-native-background", "job-native-sidecar.yaml", metav1.DeletePropagationBackground},
+		{"deleted-foreground", "job.yaml", metav1.DeletePropagationForeground, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-background", "job.yaml", metav1.DeletePropagationBackground, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-native-foreground", "job-native-sidecar.yaml", metav1.DeletePropagationForeground, map[string]exited{"envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-native-background", "job-native-sidecar.yaml", metav1.DeletePropagationBackground, map[string]exited{"envoy": {0, 0}, "job": {143, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -230,7 +232,7 @@ func TestClusterJobDeleted(t *testing.T) {
 				}
 			}
 			theReport.phase(t, "Job and pod deleted")
-			wantExits(t, last, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}})
+			wantExits(t, last, tc.exits)
 			reasons := c.wantNoFailedHook(t, pod.Name)
 			if !slices.Contains(reasons, "Killing") {
 				t.Fatalf("no Killing event for pod %s, so its events are not seen: %q", pod.Name, reasons)
