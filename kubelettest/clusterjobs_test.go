@@ -257,18 +257,47 @@ var errNotYet = errors.New("not yet")
 // limits of one: its runs are made on schedule (each Job's scheduled time
 // a minute boundary, created within 30 s and Complete within a busy pod's
 // time after), each pod succeeds with every container exiting 0, and once
-// two runs have succeeded only the last Job is kept.
+// two runs have succeeded only the last Job is kept. Two CronJobs: the
+// shipped one (cronjob.yaml, the classic form), and one whose pod template
+// only asks the admission policy for the proxy (admission-policy/job.yaml's
+// Job, scheduled), whose every scheduled Job's pod the API server injects.
 func TestClusterCronJob(t *testing.T) {
 	t.Parallel()
 	c := needCluster(t)
+	for _, tc := range []struct {
+		name  string
+		job   string // the Job whose spec the CronJob schedules; "": cronjob.yaml's own
+		exits map[string]exited
+	}{
+		{"cronjob", "", map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}},
+		{"cronjob-policy", policyDir + "/job.yaml", map[string]exited{sidecarName: {0, 0}, "job": {0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c.cronJob(t, tc.name, tc.job, tc.exits)
+		})
+	}
+}
+
+// cronJob runs cronjob.yaml named name every minute, with the spec of the
+// Job in manifest (labelled to ask the admission policy) when one is
+// given, and checks its runs and the kept run's pod's exits.
+func (c *cluster) cronJob(t *testing.T, name, manifest string, exits map[string]exited) {
+	t.Helper()
 	theReport.of(t)
 	ctx := context.Background()
 	var cj batchv1.CronJob
 	readDeploy(t, "envoy-sidecar/cronjob.yaml", &cj)
-	const name = "cronjob"
 	cj.Name, cj.Namespace = name, "default"
 	cj.Spec.Schedule = "* * * * *"
 	cj.Spec.SuccessfulJobsHistoryLimit, cj.Spec.FailedJobsHistoryLimit = ref[int32](1), ref[int32](1)
+	if manifest != "" {
+		c.admissionPolicies(t)
+		var job batchv1.Job
+		readDeploy(t, manifest, &job)
+		askInjection(&job.Spec.Template.ObjectMeta)
+		cj.Spec.JobTemplate.Spec = job.Spec
+	}
 	adaptTemplate(t, &cj.Spec.JobTemplate.Spec.Template, name, "/podapp", "get", hello)
 	if _, err := c.client.BatchV1().CronJobs("default").Create(ctx, &cj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -334,7 +363,10 @@ func TestClusterCronJob(t *testing.T) {
 	if len(pods) != 1 {
 		t.Fatalf("the kept run %s has %d pods, want 1", kept.Name, len(pods))
 	}
-	wantExits(t, &pods[0], map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}})
+	if manifest != "" {
+		wantInjected(t, &pods[0])
+	}
+	wantExits(t, &pods[0], exits)
 	c.wantNoFailedHook(t, pods[0].Name)
 	reasons := c.reasons(t, "CronJob", name)
 	t.Logf("the CronJob's events: %s", strings.Join(reasons, " "))
