@@ -263,7 +263,8 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 	for i := range spec.Containers {
 		all = append(all, container{&spec.Containers[i], false})
 	}
-	var installed []string // binary paths that install commands create
+	var installed []string  // binary paths that install commands create
+	var installers []string // the containers that run install DIR
 	peers := map[string]bool{}
 	for _, ct := range all {
 		c := ct.c
@@ -292,6 +293,7 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 			switch line[1] {
 			case "install":
 				installed = append(installed, installedPaths(t, spec, c, line[2])...)
+				installers = append(installers, c.Name)
 			case "exec", "complete":
 				peers[cmp.Or(flags["name"], "default")] = true
 			case "supervise":
@@ -314,6 +316,12 @@ func checkPod(t *testing.T, spec *corev1.PodSpec) *proxy {
 	if p == nil {
 		t.Error("no container runs proxy-supervisor supervise")
 		return nil
+	}
+	// A native sidecar is one container: it starts before the app, so its
+	// image's binary copies itself (supervise --install) before its
+	// postStart wait lets the app start.
+	if p.native && len(installers) > 0 {
+		t.Errorf("native sidecar %s beside install containers %q: give it --install and an image with the binary instead", p.c.Name, installers)
 	}
 	checkProxy(t, spec, p, peers)
 	return p

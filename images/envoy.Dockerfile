@@ -2,7 +2,8 @@
 
 # The Envoy image: Envoy's own image with proxy-supervisor added at
 # /usr/local/bin/proxy-supervisor, beside /usr/local/bin/envoy. It is the
-# one container of a native sidecar (the admission policy's, in
+# one container of a native sidecar (deploy/envoy-sidecar/
+# job-native-sidecar.yaml's, and the admission policy's in
 # deploy/admission-policy/): `supervise --install DIR` copies the binary
 # into the volume the app containers mount, so no install init container
 # (and no client image) is needed. Build it from the repository root:
@@ -31,5 +32,5 @@ FROM ${BINARY} AS binary
 FROM ${ENVOY_IMAGE}:${ENVOY_VERSION}
 COPY --from=binary /out/proxy-supervisor /usr/local/bin/proxy-supervisor
 # Envoy's image runs as root by default and its ENTRYPOINT starts envoy;
-# the policy gives the container its command and runAsUser (101, the
-# image's envoy user), so neither is changed here.
+# the manifest or the policy gives the container its command and runAsUser
+# (101, the image's envoy user), so neither is changed here.

@@ -58,7 +58,8 @@ func alone(job *batchv1.Job) {
 
 // Jobs through the API, each form under Never (a success; a failure, which
 // the Job controller retries backoffLimit times) and OnFailure (the
-// kubelet restarts the app in the pod), classic and native: the Job's
+// kubelet restarts the app in the pod), classic (an install init container
+// and the proxy) and native (one container): the Job's
 // final condition, every pod's phase, every container's exit code and
 // restarts, and no failed hook in the events.
 func TestClusterJobs(t *testing.T) {
@@ -83,11 +84,11 @@ func TestClusterJobs(t *testing.T) {
 		{"classic-onfailure", "job-onfailure.yaml", false, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
 			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
 		{"native-never-ok", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello}, batchv1.JobComplete,
-			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
+			[]exits{{"envoy": {0, 0}, "job": {0, 0}}}, corev1.PodSucceeded},
 		{"native-never-fail", "job-native-sidecar.yaml", false, false, []string{"/podapp", "get", hello, "exit", "3"}, batchv1.JobFailed,
-			slices.Repeat([]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
+			slices.Repeat([]exits{{"envoy": {0, 0}, "job": {3, 0}}}, 3), corev1.PodFailed},
 		{"native-onfailure", "job-native-sidecar.yaml", true, false, []string{"/podapp", "fail-once", "/tmp/tried", "3", "get", hello}, batchv1.JobComplete,
-			[]exits{{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
+			[]exits{{"envoy": {0, 0}, "job": {0, 1}}}, corev1.PodSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -159,11 +160,12 @@ func TestClusterJobDeleted(t *testing.T) {
 	for _, tc := range []struct {
 		name, manifest string
 		policy         metav1.DeletionPropagation
+		exits          map[string]exited
 	}{
-		{"deleted-foreground", "job.yaml", metav1.DeletePropagationForeground},
-		{"deleted-background", "job.yaml", metav1.DeletePropagationBackground},
-		{"deleted-native-foreground", "job-native-sidecar.yaml", metav1.DeletePropagationForeground},
-		{"deleted-native-background", "job-native-sidecar.yaml", metav1.DeletePropagationBackground},
+		{"deleted-foreground", "job.yaml", metav1.DeletePropagationForeground, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-background", "job.yaml", metav1.DeletePropagationBackground, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-native-foreground", "job-native-sidecar.yaml", metav1.DeletePropagationForeground, map[string]exited{"envoy": {0, 0}, "job": {143, 0}}},
+		{"deleted-native-background", "job-native-sidecar.yaml", metav1.DeletePropagationBackground, map[string]exited{"envoy": {0, 0}, "job": {143, 0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -230,7 +232,7 @@ func TestClusterJobDeleted(t *testing.T) {
 				}
 			}
 			theReport.phase(t, "Job and pod deleted")
-			wantExits(t, last, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {143, 0}})
+			wantExits(t, last, tc.exits)
 			reasons := c.wantNoFailedHook(t, pod.Name)
 			if !slices.Contains(reasons, "Killing") {
 				t.Fatalf("no Killing event for pod %s, so its events are not seen: %q", pod.Name, reasons)
@@ -255,18 +257,47 @@ var errNotYet = errors.New("not yet")
 // limits of one: its runs are made on schedule (each Job's scheduled time
 // a minute boundary, created within 30 s and Complete within a busy pod's
 // time after), each pod succeeds with every container exiting 0, and once
-// two runs have succeeded only the last Job is kept.
+// two runs have succeeded only the last Job is kept. Two CronJobs: the
+// shipped one (cronjob.yaml, the classic form), and one whose pod template
+// only asks the admission policy for the proxy (admission-policy/job.yaml's
+// Job, scheduled), whose every scheduled Job's pod the API server injects.
 func TestClusterCronJob(t *testing.T) {
 	t.Parallel()
 	c := needCluster(t)
+	for _, tc := range []struct {
+		name  string
+		job   string // the Job whose spec the CronJob schedules; "": cronjob.yaml's own
+		exits map[string]exited
+	}{
+		{"cronjob", "", map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}}},
+		{"cronjob-policy", policyDir + "/job.yaml", map[string]exited{sidecarName: {0, 0}, "job": {0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c.cronJob(t, tc.name, tc.job, tc.exits)
+		})
+	}
+}
+
+// cronJob runs cronjob.yaml named name every minute, with the spec of the
+// Job in manifest (labelled to ask the admission policy) when one is
+// given, and checks its runs and the kept run's pod's exits.
+func (c *cluster) cronJob(t *testing.T, name, manifest string, exits map[string]exited) {
+	t.Helper()
 	theReport.of(t)
 	ctx := context.Background()
 	var cj batchv1.CronJob
 	readDeploy(t, "envoy-sidecar/cronjob.yaml", &cj)
-	const name = "cronjob"
 	cj.Name, cj.Namespace = name, "default"
 	cj.Spec.Schedule = "* * * * *"
 	cj.Spec.SuccessfulJobsHistoryLimit, cj.Spec.FailedJobsHistoryLimit = ref[int32](1), ref[int32](1)
+	if manifest != "" {
+		c.admissionPolicies(t)
+		var job batchv1.Job
+		readDeploy(t, manifest, &job)
+		askInjection(&job.Spec.Template.ObjectMeta)
+		cj.Spec.JobTemplate.Spec = job.Spec
+	}
 	adaptTemplate(t, &cj.Spec.JobTemplate.Spec.Template, name, "/podapp", "get", hello)
 	if _, err := c.client.BatchV1().CronJobs("default").Create(ctx, &cj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -332,7 +363,10 @@ func TestClusterCronJob(t *testing.T) {
 	if len(pods) != 1 {
 		t.Fatalf("the kept run %s has %d pods, want 1", kept.Name, len(pods))
 	}
-	wantExits(t, &pods[0], map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 0}})
+	if manifest != "" {
+		wantInjected(t, &pods[0])
+	}
+	wantExits(t, &pods[0], exits)
 	c.wantNoFailedHook(t, pods[0].Name)
 	reasons := c.reasons(t, "CronJob", name)
 	t.Logf("the CronJob's events: %s", strings.Join(reasons, " "))

@@ -23,10 +23,11 @@
 // beside it; where either is missing those scenarios alone skip, loudly,
 // or fail when CI=true.
 //
-// The client image (every form's install container) and the Istio image
-// are built from images/ with Debian's buildah, as users build them, with
-// the binary the suite built as BINARY and its own Istio image without the
-// supervisor as the base; TestShippedImages skips without buildah, or
+// The client image (the classic forms' install container), the Envoy
+// image (the native form's one container) and the Istio image are built
+// from images/ with Debian's buildah, as users build them, with the binary
+// the suite built as BINARY and, as the base, the suite's own fake Envoy
+// or Istio image without the supervisor; TestShippedImages skips without buildah, or
 // fails when CI=true.
 //
 // It is its own Go module so that the kubelet's dependencies never reach the

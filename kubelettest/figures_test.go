@@ -3,6 +3,7 @@ package kubelettest
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -65,13 +66,13 @@ func podForms() []podForm {
 	// late: its bound is the grace period and half as much again.
 	ours := [4]time.Duration{30 * time.Second, 15 * time.Second, 20 * time.Second, 45 * time.Second}
 	return []podForm{
-		{key: "native", subject: "proxy-supervisor, native sidecar (postStart wait), exec app", proxy: "envoy", app: "job", supervised: true,
+		{key: "native", subject: "proxy-supervisor, native sidecar, one container (supervise --install, postStart wait), exec app", proxy: "envoy", app: "job", supervised: true,
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
 				return podFrom(t, "job-native-sidecar.yaml", name, app...)
 			}, bounds: ours},
-		{key: "native-one", subject: "proxy-supervisor, native sidecar, one container (supervise --install, no install init container), exec app", proxy: "envoy", app: "job", supervised: true,
+		{key: "native-two", subject: "proxy-supervisor, native sidecar, two containers (install init container + sidecar), exec app", proxy: "envoy", app: "job", supervised: true,
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
-				return oneContainer(t, podFrom(t, "job-native-sidecar.yaml", name, app...))
+				return twoContainers(t, podFrom(t, "job-native-sidecar.yaml", name, app...))
 			}, bounds: ours},
 		{key: "native-3p", subject: "proxy-supervisor, native sidecar, third-party app (no exec)", proxy: "envoy", app: "job", supervised: true,
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
@@ -131,27 +132,31 @@ func podForms() []podForm {
 	}
 }
 
-// oneContainer makes a native form's pod one container per sidecar, as
-// the admission policy injects it: no install init container; the proxy's
-// image holds the binary (the suite's Envoy image, as
-// images/envoy.Dockerfile), and supervise --install copies it into the
-// shared volume before the proxy starts, so its postStart wait returns
-// only once the app can run it. It returns the pod.
-func oneContainer(t *testing.T, p *corev1.Pod) *corev1.Pod {
+// twoContainers makes the shipped native form (one container, which
+// installs the binary itself) two, for the figures' comparison: job.yaml's
+// install init container first, and the sidecar running the binary that
+// container copied, from the read-only volume, without --install, as the
+// native form was before. It returns the pod.
+func twoContainers(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "install" })
+	install := container(podFrom(t, "job.yaml", p.Name, "/podapp"), "install")
 	c := container(p, "envoy")
-	if c == nil || len(p.Spec.InitContainers) != 1 || c.Command[1] != "supervise" {
-		t.Fatalf("not a native form: %+v", p.Spec.InitContainers)
+	if install == nil || c == nil {
+		t.Fatalf("no install container in job.yaml or no envoy in %s", p.Name)
 	}
-	const self = "/usr/local/bin/proxy-supervisor"
-	c.Command = slices.Concat([]string{self, "supervise", "--install=/opt/proxy-supervisor/bin"}, c.Command[2:])
-	c.Lifecycle.PostStart.Exec.Command[0], c.Lifecycle.PreStop.Exec.Command[0] = self, self
-	for i := range c.VolumeMounts {
-		if c.VolumeMounts[i].Name == "bin" {
-			c.VolumeMounts[i].ReadOnly = false
+	i := slices.IndexFunc(c.Command, func(a string) bool { return strings.HasPrefix(a, "--install=") })
+	if i < 0 || len(p.Spec.InitContainers) != 1 {
+		t.Fatalf("not the one-container native form: %q", c.Command)
+	}
+	bin := path.Join(strings.TrimPrefix(c.Command[i], "--install="), "proxy-supervisor")
+	c.Command = slices.Delete(c.Command, i, i+1)
+	c.Command[0], c.Lifecycle.PostStart.Exec.Command[0], c.Lifecycle.PreStop.Exec.Command[0] = bin, bin, bin
+	for j := range c.VolumeMounts {
+		if strings.HasPrefix(bin, c.VolumeMounts[j].MountPath+"/") {
+			c.VolumeMounts[j].ReadOnly = true
 		}
 	}
+	p.Spec.InitContainers = slices.Insert(p.Spec.InitContainers, 0, *install)
 	return p
 }
 

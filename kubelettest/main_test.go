@@ -171,21 +171,26 @@ func buildImages(agent pilotAgent) ([]string, error) {
 			return nil, err
 		}
 	}
+	// podapp, for hooks that wait before they run (podapp's exec step);
+	// the fake also where Envoy's image has envoy, and the binary where
+	// images/envoy.Dockerfile adds it: the one-container native sidecar
+	// (the native manifest's, the admission policy's) runs them there.
+	// envoyBase is Envoy's image to envoy.Dockerfile.
+	baseFiles := []imageFile{{bin("fake-envoy"), "fake-envoy"}, {bin("podapp"), "podapp"}, {bin("fake-envoy"), "usr/local/bin/envoy"}}
+	envoyFiles := append([]imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("proxy-supervisor"), "usr/local/bin/proxy-supervisor"}}, baseFiles...)
 	images := []image{
 		{pauseImage, []imageFile{{bin("pause"), "pause"}}, []string{"/pause"}},
 		{clientImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}}, []string{"/proxy-supervisor"}},
-		// podapp, for hooks that wait before they run (podapp's exec step);
-		// the binary and the fake also where images/envoy.Dockerfile has the
-		// binary and Envoy's image has envoy: the admission policy's one
-		// container runs them there.
-		{envoyImage, []imageFile{{bin("proxy-supervisor"), "proxy-supervisor"}, {bin("fake-envoy"), "fake-envoy"}, {bin("podapp"), "podapp"},
-			{bin("proxy-supervisor"), "usr/local/bin/proxy-supervisor"}, {bin("fake-envoy"), "usr/local/bin/envoy"}}, []string{"/proxy-supervisor"}},
+		{envoyImage, envoyFiles, []string{"/proxy-supervisor"}},
+		// Made here in case buildah cannot build it from images/.
+		{shippedEnvoyImage, envoyFiles, []string{"/usr/local/bin/envoy"}},
 		{appImage, []imageFile{{bin("podapp"), "podapp"}}, []string{"/podapp"}},
 	}
-	// What the shipped images are built from: the binary and the Istio
-	// image without it.
+	// What the shipped images are built from: the binary, and the Envoy
+	// and Istio images without it.
 	base := istioHub + "/proxyv2:" + istioBaseTag
-	images = append(images, image{binaryImage, []imageFile{{bin("proxy-supervisor"), "out/proxy-supervisor"}}, nil})
+	images = append(images, image{binaryImage, []imageFile{{bin("proxy-supervisor"), "out/proxy-supervisor"}}, nil},
+		image{envoyBase, baseFiles, []string{"/usr/local/bin/envoy"}})
 	if agent.missing == "" {
 		files, err := istioFiles(dir, bin, agent)
 		if err != nil {
@@ -203,15 +208,16 @@ func buildImages(agent pilotAgent) ([]string, error) {
 		}
 		tars[img.name] = out
 	}
-	// The client and Istio images as users build them, where buildah is;
-	// else the ones made here.
-	shipped, err := buildShipped(dir, tars[binaryImage], tars[base])
+	// The client, Envoy and Istio images as users build them, where
+	// buildah is; else the ones made here.
+	shipped, err := buildShipped(dir, tars[binaryImage], tars[envoyBase], tars[base])
 	if err != nil {
 		theShipped = err.Error()
 		fmt.Printf("kubelettest: the shipped images were not built, TestShippedImages will be SKIPPED (failed under CI=true): %s\n", theShipped)
 	}
 	maps.Copy(tars, shipped)
 	delete(tars, binaryImage)
+	delete(tars, envoyBase)
 	delete(tars, base)
 	return slices.Sorted(maps.Values(tars)), nil
 }

@@ -33,7 +33,10 @@ const (
 	envoyImage  = "docker.io/proxy-supervisor-test/envoy:dev"
 	appImage    = "docker.io/proxy-supervisor-test/app:dev"
 	clientImage = "docker.io/proxy-supervisor/client:dev" // the manifests' own name
-	criSocket   = "/run/containerd/containerd.sock"
+	// The native manifest's own name: images/envoy.Dockerfile built on a
+	// base of the fake Envoy (envoyBase) as on Envoy's image.
+	shippedEnvoyImage = "docker.io/proxy-supervisor/envoy:dev"
+	criSocket         = "/run/containerd/containerd.sock"
 )
 
 // maskedSysctls are the VM-wide files the kubelet writes at start; in the

@@ -27,11 +27,12 @@ func TestRestartRules(t *testing.T) {
 	for _, tc := range []struct {
 		name, manifest string
 		action         corev1.ContainerRestartRuleAction
+		install        bool // the form has an install init container (classic); a native sidecar installs the binary itself
 	}{
-		{"rule-restart-classic", "job.yaml", corev1.ContainerRestartRuleActionRestart},
-		{"rule-restart-native", "job-native-sidecar.yaml", corev1.ContainerRestartRuleActionRestart},
-		{"rule-restartall-classic", "job.yaml", corev1.ContainerRestartRuleActionRestartAllContainers},
-		{"rule-restartall-native", "job-native-sidecar.yaml", corev1.ContainerRestartRuleActionRestartAllContainers},
+		{"rule-restart-classic", "job.yaml", corev1.ContainerRestartRuleActionRestart, true},
+		{"rule-restart-native", "job-native-sidecar.yaml", corev1.ContainerRestartRuleActionRestart, false},
+		{"rule-restartall-classic", "job.yaml", corev1.ContainerRestartRuleActionRestartAllContainers, true},
+		{"rule-restartall-native", "job-native-sidecar.yaml", corev1.ContainerRestartRuleActionRestartAllContainers, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,9 +50,17 @@ func TestRestartRules(t *testing.T) {
 				t.Fatalf("the app was not restarted:\n%s", describe(p))
 			}
 			logs := n.logs(t, tc.name, "envoy")
+			install := status(p, "install")
+			if (install != nil) != tc.install {
+				t.Fatalf("an install container: %v, want %v:\n%s", install != nil, tc.install, describe(p))
+			}
 			if tc.action == corev1.ContainerRestartRuleActionRestart {
 				// The proxy outlived the first run: one container, one run.
-				wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}})
+				want := map[string]exited{"envoy": {0, 0}, "job": {0, 1}}
+				if tc.install {
+					want["install"] = exited{0, 0}
+				}
+				wantExits(t, p, want)
 				last := job.LastTerminationState.Terminated
 				if last == nil || last.ExitCode != 42 {
 					t.Fatalf("the app's first run: %+v, want exit 42", last)
@@ -60,9 +69,11 @@ func TestRestartRules(t *testing.T) {
 					note(t, "the app's exit 42 → its restart %s (the kubelet's times are to the second)", startedOf(n, t, p).Sub(last.FinishedAt.Time).Round(time.Second))
 				}()
 			} else {
-				// The proxy and the install container ran again, from
-				// scratch; the new supervisor set the first run aside.
-				if envoy.RestartCount < 1 || status(p, "install").RestartCount < 1 {
+				// The proxy (and the install container, where there is
+				// one) ran again, from scratch; the new supervisor set the
+				// first run aside. A native sidecar's --install copied the
+				// binary again, and the app's exec ran it.
+				if envoy.RestartCount < 1 || (install != nil && install.RestartCount < 1) {
 					t.Fatalf("the pod was not restarted as a whole:\n%s", describe(p))
 				}
 				if !strings.Contains(logs, "the earlier run's records no longer count") {
@@ -70,8 +81,12 @@ func TestRestartRules(t *testing.T) {
 				}
 			}
 			readyToApp := startedOf(n, t, p).Sub(logged(t, logs, readyLine))
-			note(t, "the second run: proxy ready → app started %s; restarts: install %d, envoy %d, job %d",
-				readyToApp.Round(time.Millisecond), status(p, "install").RestartCount, envoy.RestartCount, job.RestartCount)
+			installs := "no install container"
+			if install != nil {
+				installs = fmt.Sprintf("install %d", install.RestartCount)
+			}
+			note(t, "the second run: proxy ready → app started %s; restarts: %s, envoy %d, job %d",
+				readyToApp.Round(time.Millisecond), installs, envoy.RestartCount, job.RestartCount)
 			if readyToApp < -50*time.Millisecond || readyToApp > 30*time.Second {
 				t.Fatalf("the second app started %s after its proxy was ready, outside 0 to 30s", readyToApp)
 			}

@@ -28,8 +28,11 @@ const (
 	// classic is deployment.yaml as shipped: the supervisor in a regular
 	// container, its postStart and preStop hooks.
 	classic proxyForm = "classic"
-	// native is deployment.yaml with the proxy as a native sidecar, as
-	// job-native-sidecar.yaml has it (its postStart wait, no startupProbe).
+	// native is deployment.yaml with the proxy as a native sidecar, its
+	// hooks and probes as job-native-sidecar.yaml has them (its postStart
+	// wait, no startupProbe); it keeps deployment.yaml's install init
+	// container and Envoy's image, where the shipped native form is one
+	// container (--install), which policy's pods measure.
 	native proxyForm = "native"
 	// pilotAgentOnly is the baseline: Istio's sidecar as Istio runs it
 	// without this project, pilot-agent the entrypoint with its default

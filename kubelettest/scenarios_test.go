@@ -46,8 +46,9 @@ func TestJobOnFailureRetries(t *testing.T) {
 	}
 }
 
-// A native sidecar: the app's exit decides the phase, and the kubelet's
-// SIGTERM ends the supervisor with 0, after either.
+// A native sidecar, one container that installs the binary itself: the
+// app's exit decides the phase, and the kubelet's SIGTERM ends the
+// supervisor with 0, after either.
 func TestNativeSidecar(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -64,7 +65,7 @@ func TestNativeSidecar(t *testing.T) {
 			n := theNode
 			n.run(t, podFrom(t, "job-native-sidecar.yaml", tc.name, tc.app...))
 			p := n.waitPhase(t, tc.name, jobTimeout, tc.phase)
-			wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {tc.code, 0}})
+			wantExits(t, p, map[string]exited{"envoy": {0, 0}, "job": {tc.code, 0}})
 		})
 	}
 }

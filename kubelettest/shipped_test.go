@@ -10,8 +10,9 @@ import (
 )
 
 // theShipped is why the shipped images were not built, or "" when the
-// node runs them: the client image of every form's install container and
-// the Istio image of the pilot-agent scenarios, built from images/ as users
+// node runs them: the client image of the classic forms' install
+// container, the Envoy image of the native form's one container and the
+// Istio image of the pilot-agent scenarios, built from images/ as users
 // build them.
 var theShipped string
 
@@ -20,11 +21,14 @@ var theShipped string
 // golang image from a registry).
 const binaryImage = "docker.io/proxy-supervisor-test/binary:dev"
 
-// istioBase is the Istio image without the supervisor: the Dockerfile's
-// ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}, in place of Istio's proxyv2.
+// The Istio image without the supervisor: the Dockerfile's
+// ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}, in place of Istio's proxyv2; and
+// envoyBase, the fake Envoy as Envoy's image has envoy, without the
+// supervisor: envoy.Dockerfile's ${ENVOY_IMAGE}:${ENVOY_VERSION}.
 const (
 	istioHub     = "docker.io/proxy-supervisor-test"
 	istioBaseTag = "base"
+	envoyBase    = istioHub + "/envoy:" + istioBaseTag
 )
 
 // buildah runs buildah on a store of its own under dir, which goes with
@@ -57,12 +61,13 @@ func (b buildah) load(tar, name string) error {
 	return err
 }
 
-// buildShipped builds images/client.Dockerfile and images/proxy.Dockerfile
-// with buildah, the binary from binaryTar and the Istio base from baseTar,
-// and writes each as a Docker archive that containerd imports under the
-// name given: the client image under the manifests' own name, the proxy
-// image as the suite's Istio image.
-func buildShipped(dir, binaryTar, baseTar string) (map[string]string, error) {
+// buildShipped builds images/client.Dockerfile, images/envoy.Dockerfile
+// and images/proxy.Dockerfile with buildah, the binary from binaryTar, the
+// Envoy base from envoyTar and the Istio base from baseTar, and writes each
+// as a Docker archive that containerd imports under the name given: the
+// client and Envoy images under the manifests' own names, the proxy image
+// as the suite's Istio image.
+func buildShipped(dir, binaryTar, envoyTar, baseTar string) (map[string]string, error) {
 	if _, err := exec.LookPath("buildah"); err != nil {
 		return nil, fmt.Errorf("buildah (Debian's buildah) is not installed")
 	}
@@ -71,6 +76,9 @@ func buildShipped(dir, binaryTar, baseTar string) (map[string]string, error) {
 		return nil, err
 	}
 	if err := b.load(binaryTar, binaryImage); err != nil {
+		return nil, err
+	}
+	if err := b.load(envoyTar, envoyBase); err != nil {
 		return nil, err
 	}
 	if baseTar != "" {
@@ -83,6 +91,7 @@ func buildShipped(dir, binaryTar, baseTar string) (map[string]string, error) {
 		args       []string
 	}{
 		{"images/client.Dockerfile", clientImage, nil},
+		{"images/envoy.Dockerfile", shippedEnvoyImage, []string{"--build-arg", "ENVOY_IMAGE=" + istioHub + "/envoy", "--build-arg", "ENVOY_VERSION=" + istioBaseTag}},
 		{"images/proxy.Dockerfile", istioImage, []string{"--build-arg", "ISTIO_HUB=" + istioHub, "--build-arg", "ISTIO_VERSION=" + istioBaseTag}},
 	}
 	tars := map[string]string{}
@@ -103,8 +112,9 @@ func buildShipped(dir, binaryTar, baseTar string) (map[string]string, error) {
 	return tars, nil
 }
 
-// The shipped images are built from images/ and run: every form's install
-// container runs the client image, and the pilot-agent scenarios the proxy
+// The shipped images are built from images/ and run: the classic forms'
+// install container runs the client image, the native form's one
+// container the Envoy image, and the pilot-agent scenarios the proxy
 // image, as built.
 func TestShippedImages(t *testing.T) {
 	if theShipped != "" {
@@ -117,7 +127,7 @@ func TestShippedImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{clientImage, istioImage} {
+	for _, name := range []string{clientImage, shippedEnvoyImage, istioImage} {
 		if name == istioImage && theAgent.missing != "" {
 			continue
 		}
