@@ -2,6 +2,7 @@ package control
 
 import (
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -28,8 +29,8 @@ type hooks struct {
 const maxHooks = 16
 
 func (h *hooks) add(pid int) {
-	if pid <= 0 {
-		return
+	if pid <= 0 || pid == os.Getpid() {
+		return // not in this pid namespace, or this process itself: it will not be killed before we exit
 	}
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
