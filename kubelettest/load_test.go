@@ -29,10 +29,14 @@ import (
 // endpoints they list as ready, at a steady rate, half on kept-alive
 // connections and half on new ones, and counts every failure by kind.
 type load struct {
-	c        *cluster
-	service  string
-	port     int32
-	rate     time.Duration // between two requests
+	c       *cluster
+	service string
+	port    int32
+	rate    time.Duration // between two requests
+	// lag is how late the client follows the EndpointSlices: the time a
+	// kube-proxy or a mesh takes to follow the API, in which a pod whose
+	// deletion has begun is still among its ready endpoints.
+	lag      time.Duration
 	path     func(i int) string
 	keep     *http.Client
 	fresh    *http.Client
@@ -170,29 +174,63 @@ func (l *load) unready() []string {
 // watch follows the Service's EndpointSlices until ctx ends.
 func (l *load) watch(ctx context.Context) {
 	api := l.c.client.DiscoveryV1().EndpointSlices("default")
+	later := l.lagged(ctx)
 	follow(ctx, api.List, api.Watch, discoveryv1.LabelServiceName+"="+l.service,
 		func(list *discoveryv1.EndpointSliceList) {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			clear(l.slices)
-			for i := range list.Items {
-				l.slices[list.Items[i].Name] = &list.Items[i]
-			}
+			later(func() {
+				clear(l.slices)
+				for i := range list.Items {
+					l.slices[list.Items[i].Name] = &list.Items[i]
+				}
+			})
 		},
 		func(ev watch.Event) bool {
 			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
 			if !ok {
 				return false
 			}
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			if ev.Type == watch.Deleted {
-				delete(l.slices, s.Name)
-			} else {
-				l.slices[s.Name] = s
-			}
+			later(func() {
+				if ev.Type == watch.Deleted {
+					delete(l.slices, s.Name)
+				} else {
+					l.slices[s.Name] = s
+				}
+			})
 			return true
 		})
+}
+
+// lagged returns what makes each change to l.slices, under l.mu, l.lag
+// after it was seen, in order, until ctx ends.
+func (l *load) lagged(ctx context.Context) func(change func()) {
+	type seen struct {
+		at     time.Time
+		change func()
+	}
+	q := make(chan seen, 1024)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c := <-q:
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(c.at.Add(l.lag))):
+				}
+				l.mu.Lock()
+				c.change()
+				l.mu.Unlock()
+			}
+		}
+	}()
+	return func(change func()) {
+		select {
+		case q <- seen{time.Now(), change}:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // watchDeletions follows the pods that selector picks until ctx ends and

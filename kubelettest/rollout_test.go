@@ -363,25 +363,31 @@ func TestClusterRollout(t *testing.T) {
 		preStop time.Duration
 		slow    bool     // every tenth request takes 6s
 		flags   []string // the supervisor's
+		lag     time.Duration
 	}{
-		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay},
-		{"roll-classic-delay1s", classic, 0, 5 * time.Second, false, delay1s},
-		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s},
-		{"roll-native", native, 0, 5 * time.Second, false, noDelay},
-		{"roll-policy", policy, 0, 5 * time.Second, false, nil},
-		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay},
-		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s},
-		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay},
+		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay, 0},
+		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s, 0},
+		// The client follows the endpoints 2 s late, as a kube-proxy or a
+		// mesh does: the pod is among its ready endpoints for 2 s of its
+		// drain, where a close hint only sends it back.
+		{"roll-classic-lag2s", classic, 0, 5 * time.Second, false, noDelay, 2 * time.Second},
+		{"roll-classic-lag2s-delay1s", classic, 0, 5 * time.Second, false, delay1s, 2 * time.Second},
+		{"roll-classic-lag2s-delay3s", classic, 0, 5 * time.Second, false, delay3s, 2 * time.Second},
+		{"roll-native", native, 0, 5 * time.Second, false, noDelay, 0},
+		{"roll-policy", policy, 0, 5 * time.Second, false, nil, 0},
+		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay, 0},
+		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s, 0},
+		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay, 0},
 		// The app listens 3 s after it starts: the form's readiness probe
 		// on the app keeps it out of the endpoints until then (without
 		// it, 204 of 1072 requests failed with 503).
-		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil},
-		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil},
-		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil},
-		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil},
-		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil},
-		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil},
-		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil},
+		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil, 0},
+		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil, 0},
+		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil, 0},
+		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil, 0},
+		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil, 0},
+		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil, 0},
+		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -427,6 +433,7 @@ func TestClusterRollout(t *testing.T) {
 				return "/app?delay=20ms"
 			}
 			l := newLoad(c, tc.name, 8000, 25*time.Millisecond, path)
+			l.lag = tc.lag
 			wctx, stopWatch := context.WithCancel(ctx)
 			defer stopWatch()
 			go l.watch(wctx)
