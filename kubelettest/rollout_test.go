@@ -364,30 +364,38 @@ func TestClusterRollout(t *testing.T) {
 		slow    bool     // every tenth request takes 6s
 		flags   []string // the supervisor's
 		lag     time.Duration
+		// Envoy's --drain-strategy immediate, as Istio runs it: once
+		// drained, every connection is told to close at its next
+		// response, a new one at its first (the manifest's gradual 30 s
+		// tells a share growing over 30 s).
+		immediate bool
 	}{
-		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay, 0},
-		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s, 0},
+		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay, 0, false},
+		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s, 0, false},
 		// The client follows the endpoints 2 s late, as a kube-proxy or a
 		// mesh does: the pod is among its ready endpoints for 2 s of its
 		// drain, where a close hint only sends it back.
-		{"roll-classic-lag2s", classic, 0, 5 * time.Second, false, noDelay, 2 * time.Second},
-		{"roll-classic-lag2s-delay1s", classic, 0, 5 * time.Second, false, delay1s, 2 * time.Second},
-		{"roll-classic-lag2s-delay3s", classic, 0, 5 * time.Second, false, delay3s, 2 * time.Second},
-		{"roll-native", native, 0, 5 * time.Second, false, noDelay, 0},
-		{"roll-policy", policy, 0, 5 * time.Second, false, nil, 0},
-		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay, 0},
-		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s, 0},
-		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay, 0},
+		{"roll-classic-lag2s", classic, 0, 5 * time.Second, false, noDelay, 2 * time.Second, false},
+		{"roll-classic-lag2s-delay1s", classic, 0, 5 * time.Second, false, delay1s, 2 * time.Second, false},
+		{"roll-classic-lag2s-delay3s", classic, 0, 5 * time.Second, false, delay3s, 2 * time.Second, false},
+		{"roll-classic-lag2s-immediate", classic, 0, 5 * time.Second, false, noDelay, 2 * time.Second, true},
+		{"roll-classic-lag2s-immediate-delay1s", classic, 0, 5 * time.Second, false, delay1s, 2 * time.Second, true},
+		{"roll-classic-lag2s-immediate-delay3s", classic, 0, 5 * time.Second, false, delay3s, 2 * time.Second, true},
+		{"roll-native", native, 0, 5 * time.Second, false, noDelay, 0, false},
+		{"roll-policy", policy, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay, 0, false},
+		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s, 0, false},
+		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay, 0, false},
 		// The app listens 3 s after it starts: the form's readiness probe
 		// on the app keeps it out of the endpoints until then (without
 		// it, 204 of 1072 requests failed with 503).
-		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil, 0},
-		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil, 0},
-		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil, 0},
-		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil, 0},
-		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil, 0},
-		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil, 0},
-		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil, 0},
+		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil, 0, false},
+		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil, 0, false},
+		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -405,6 +413,11 @@ func TestClusterRollout(t *testing.T) {
 				c.admissionPolicies(t)
 			}
 			d := deploymentFrom(t, tc.name, 3, tc.form, tc.startup, tc.preStop, tc.flags...)
+			for i, c := range d.Spec.Template.Spec.Containers {
+				if c.Name == "envoy" && tc.immediate {
+					d.Spec.Template.Spec.Containers[i].Command = append(c.Command, "--drain-strategy", "immediate")
+				}
+			}
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "default"},
 				Spec: corev1.ServiceSpec{Selector: d.Spec.Selector.MatchLabels,
