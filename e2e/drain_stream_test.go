@@ -89,7 +89,9 @@ func TestUpgradedStreamAcrossTheDrain(t *testing.T) {
 		t.Run(tt.version+"/"+tt.drainTime, func(t *testing.T) {
 			t.Parallel()
 			p := newPod(t)
-			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "6s", "--app-ports", "8080"},
+			// The hints at the drain's start (no --drain-delay): Envoy's
+			// drain time counts from them.
+			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "6s", "--drain-delay", "0s", "--app-ports", "8080"},
 				"--fake-version", tt.version, "--drain-time-s", tt.drainTime, "--drain-strategy", "immediate",
 				"--config-yaml", streamBootstrap)
 			app := p.serveUpgrade("127.0.0.1:8080")

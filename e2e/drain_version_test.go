@@ -128,7 +128,9 @@ func TestDrainPerEnvoyVersion(t *testing.T) {
 		t.Run(tt.version, func(t *testing.T) {
 			t.Parallel()
 			p := newPod(t)
-			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s", "--app-ports", "8080"},
+			// The hints at the drain's start (no --drain-delay), while
+			// the app still listens: what each release does with them.
+			sup := p.supervise([]string{"--drain-min", "0s", "--drain-timeout", "20s", "--drain-delay", "0s", "--app-ports", "8080"},
 				"--fake-version", tt.version, "--drain-time-s", "1", "--drain-strategy", "immediate",
 				"--config-yaml", sidecarBootstrap)
 			app := p.serveHTTP("127.0.0.1:8080", "app")

@@ -17,8 +17,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -27,10 +29,14 @@ import (
 // endpoints they list as ready, at a steady rate, half on kept-alive
 // connections and half on new ones, and counts every failure by kind.
 type load struct {
-	c        *cluster
-	service  string
-	port     int32
-	rate     time.Duration // between two requests
+	c       *cluster
+	service string
+	port    int32
+	rate    time.Duration // between two requests
+	// lag is how late the client follows the EndpointSlices: the time a
+	// kube-proxy or a mesh takes to follow the API, in which a pod whose
+	// deletion has begun is still among its ready endpoints.
+	lag      time.Duration
 	path     func(i int) string
 	keep     *http.Client
 	fresh    *http.Client
@@ -48,6 +54,24 @@ type load struct {
 	// the connections they made: a close hint that sends a client back to
 	// a pod still in its endpoints costs a new connection per request.
 	keepSent, keepDials atomic.Int64
+	// keepWasted are those of keepDials made to a pod whose deletion had
+	// begun (deleting, kept by watchDeletions): that pod was still among
+	// the client's ready endpoints, so the connection was made because a
+	// close hint ended the last one (or the kept ones were all busy), the
+	// waste --drain-delay exists to remove. wastedLast is the longest one
+	// came after its pod's deletion: how long the client kept a deleting
+	// pod among its ready endpoints.
+	keepWasted int
+	wastedLast time.Duration
+	deleting   map[string]deletion // by pod IP
+}
+
+// deletion is when the suite saw a pod's deletion begin: its watch's
+// first sight of the pod's deletionTimestamp, not that field's value
+// (the request's time plus the grace period, in whole seconds).
+type deletion struct {
+	pod  types.UID
+	seen time.Time
 }
 
 // unreadyMoment is a stretch of ticks that found no ready endpoint.
@@ -58,12 +82,13 @@ type unreadyMoment struct {
 }
 
 func newLoad(c *cluster, service string, port int32, rate time.Duration, path func(int) string) *load {
-	l := &load{c: c, service: service, port: port, rate: rate, path: path, slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}}
+	l := &load{c: c, service: service, port: port, rate: rate, path: path, slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}, deleting: map[string]deletion{}}
 	client := func(keepAlive bool) *http.Client {
 		dial := theNode.netns().Dial
 		if keepAlive {
 			dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 				l.keepDials.Add(1)
+				l.wasted(addr)
 				return theNode.netns().Dial(ctx, network, addr)
 			}
 		}
@@ -148,40 +173,151 @@ func (l *load) unready() []string {
 
 // watch follows the Service's EndpointSlices until ctx ends.
 func (l *load) watch(ctx context.Context) {
-	sel := metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + l.service}
+	api := l.c.client.DiscoveryV1().EndpointSlices("default")
+	later := l.lagged(ctx)
+	follow(ctx, api.List, api.Watch, discoveryv1.LabelServiceName+"="+l.service,
+		func(list *discoveryv1.EndpointSliceList) {
+			later(func() {
+				clear(l.slices)
+				for i := range list.Items {
+					l.slices[list.Items[i].Name] = &list.Items[i]
+				}
+			})
+		},
+		func(ev watch.Event) bool {
+			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok {
+				return false
+			}
+			later(func() {
+				if ev.Type == watch.Deleted {
+					delete(l.slices, s.Name)
+				} else {
+					l.slices[s.Name] = s
+				}
+			})
+			return true
+		})
+}
+
+// lagged returns what makes each change to l.slices, under l.mu, l.lag
+// after it was seen, in order, until ctx ends.
+func (l *load) lagged(ctx context.Context) func(change func()) {
+	type seen struct {
+		at     time.Time
+		change func()
+	}
+	q := make(chan seen, 1024)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case c := <-q:
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(c.at.Add(l.lag))):
+				}
+				l.mu.Lock()
+				c.change()
+				l.mu.Unlock()
+			}
+		}
+	}()
+	return func(change func()) {
+		select {
+		case q <- seen{time.Now(), change}:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// watchDeletions follows the pods that selector picks until ctx ends and
+// keeps when each one's deletion was first seen, by its IP (an IP that a
+// new pod takes is forgotten).
+func (l *load) watchDeletions(ctx context.Context, selector string) {
+	api := l.c.client.CoreV1().Pods("default")
+	follow(ctx, api.List, api.Watch, selector,
+		func(list *corev1.PodList) {
+			for i := range list.Items {
+				l.podSeen(&list.Items[i])
+			}
+		},
+		func(ev watch.Event) bool {
+			p, ok := ev.Object.(*corev1.Pod)
+			if ok {
+				l.podSeen(p)
+			}
+			return ok
+		})
+}
+
+// follow lists what selector picks and hands the list to listed, then
+// watches from there and hands each event to changed, until ctx ends; a
+// failed call, an event changed refuses (an error) or the watch's end
+// lists again.
+func follow[L interface{ GetResourceVersion() string }](ctx context.Context,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFrom func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	selector string, listed func(L), changed func(watch.Event) bool) {
+	sel := metav1.ListOptions{LabelSelector: selector}
 	for ctx.Err() == nil {
-		list, err := l.c.client.DiscoveryV1().EndpointSlices("default").List(ctx, sel)
+		got, err := list(ctx, sel)
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		l.mu.Lock()
-		clear(l.slices)
-		for i := range list.Items {
-			l.slices[list.Items[i].Name] = &list.Items[i]
-		}
-		l.mu.Unlock()
+		listed(got)
 		opts := sel
-		opts.ResourceVersion = list.ResourceVersion
-		w, err := l.c.client.DiscoveryV1().EndpointSlices("default").Watch(ctx, opts)
+		opts.ResourceVersion = got.GetResourceVersion()
+		w, err := watchFrom(ctx, opts)
 		if err != nil {
 			continue
 		}
 		for ev := range w.ResultChan() {
-			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
-			if !ok {
-				break // an error: list again
+			if !changed(ev) {
+				break
 			}
-			l.mu.Lock()
-			if ev.Type == watch.Deleted {
-				delete(l.slices, s.Name)
-			} else {
-				l.slices[s.Name] = s
-			}
-			l.mu.Unlock()
 		}
 		w.Stop()
 	}
+}
+
+func (l *load) podSeen(p *corev1.Pod) {
+	ip := p.Status.PodIP
+	if ip == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, known := l.deleting[ip]
+	switch {
+	case known && d.pod == p.UID:
+	case p.DeletionTimestamp != nil:
+		l.deleting[ip] = deletion{pod: p.UID, seen: time.Now()}
+	case known:
+		delete(l.deleting, ip) // a new pod on an old pod's IP
+	}
+}
+
+// wasted counts a kept-alive dial to addr (IP:PORT) when its pod was seen
+// deleting.
+func (l *load) wasted(addr string) {
+	ip, _, _ := net.SplitHostPort(addr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := l.deleting[ip]; ok {
+		l.keepWasted++
+		l.wastedLast = max(l.wastedLast, time.Since(d.seen))
+	}
+}
+
+// wastedDials are keepWasted and wastedLast.
+func (l *load) wastedDials() (int, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keepWasted, l.wastedLast
 }
 
 // readyEndpoints are the slice's ready endpoints as ADDR:PORT: a

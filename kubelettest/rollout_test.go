@@ -62,6 +62,10 @@ const (
 // forwards to the app.
 var envoyConfigOnce sync.Once
 
+// inboundConfig is envoy-config.yaml's ConfigMap with its listener marked
+// INBOUND.
+const inboundConfig = "envoy-sidecar-inbound"
+
 func (c *cluster) envoyConfig(t *testing.T) {
 	t.Helper()
 	var err error
@@ -69,6 +73,19 @@ func (c *cluster) envoyConfig(t *testing.T) {
 		var cm corev1.ConfigMap
 		readDeploy(t, "envoy-sidecar/envoy-config.yaml", &cm)
 		cm.Namespace = "default"
+		if _, err = c.client.CoreV1().ConfigMaps("default").Create(context.Background(), &cm, metav1.CreateOptions{}); err != nil {
+			return
+		}
+		// The same, its listener marked INBOUND as a sidecar's inbound
+		// listener is (Istio's xDS marks it): the supervisor's inboundonly
+		// drain covers it, and the manifest's unmarked one it does not.
+		const listener = "  - name: inbound\n    address:"
+		marked := strings.Replace(cm.Data["envoy.yaml"], listener, "  - name: inbound\n    traffic_direction: INBOUND\n    address:", 1)
+		if marked == cm.Data["envoy.yaml"] {
+			err = fmt.Errorf("envoy-config.yaml: no listener named inbound to mark")
+			return
+		}
+		cm.Name, cm.Data["envoy.yaml"] = inboundConfig, marked
 		_, err = c.client.CoreV1().ConfigMaps("default").Create(context.Background(), &cm, metav1.CreateOptions{})
 	})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -165,6 +182,20 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 		*spec = pod.Spec
 	}
 	return &d
+}
+
+// istioEnvoy gives a classic Deployment's Envoy the listener and the drain
+// strategy Istio gives its own (see TestClusterRollout's istio).
+func istioEnvoy(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	spec := &d.Spec.Template.Spec
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
+	v := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "envoy-config" })
+	if i < 0 || v < 0 || spec.Volumes[v].ConfigMap == nil {
+		t.Fatal("deployment.yaml: no envoy container, or no envoy-config ConfigMap volume")
+	}
+	spec.Containers[i].Command = append(spec.Containers[i].Command, "--drain-strategy", "immediate")
+	spec.Volumes[v].ConfigMap.Name = inboundConfig
 }
 
 // probeTimeout is the probes' timeoutSeconds on this node: the suite's own
@@ -343,17 +374,18 @@ func (e *podExits) summary() string {
 // A Deployment of three replicas behind a Service, under a steady load
 // from a mesh client that follows the Service's ready endpoints, rolled
 // twice: every request is counted, and every connection the client's
-// kept-alive half makes. The app keeps serving for its preStop (the form's
-// 5 s, or 8 s: longer than Istio's 5 s termination drain, with some
-// requests that take 6 s in flight), then stops accepting and finishes
-// what is in flight. This project's forms, classic and native, lose none,
+// kept-alive half makes, those to a pod whose deletion had begun apart (a
+// close hint's waste: see load.keepWasted). The app keeps serving for its
+// preStop (the form's 5 s, or 8 s: longer than Istio's 5 s termination
+// drain, with some requests that take 6 s in flight), then stops accepting
+// and finishes what is in flight. This project's forms, classic and native, lose none,
 // with or without a --drain-delay; the baselines' losses are reported
 // beside them: pilot-agent's default drain, pilot-agent with
 // EXIT_ON_ZERO_ACTIVE_CONNECTIONS, and Istio's own native sidecar.
 func TestClusterRollout(t *testing.T) {
 	t.Parallel()
 	needCluster(t)
-	noDelay, delay3s := []string{"--drain-delay=0s"}, []string{"--drain-delay=3s"}
+	noDelay, delay1s, delay3s := []string{"--drain-delay=0s"}, []string{"--drain-delay=1s"}, []string{"--drain-delay=3s"}
 	// Five rows at a time: all fifteen at once on two busy cores starved
 	// the kubelet and the API server (every form, ours too, then lost a
 	// fifth of its requests to endpoints that never came ready).
@@ -363,26 +395,41 @@ func TestClusterRollout(t *testing.T) {
 		form    proxyForm
 		startup time.Duration // before the app listens
 		preStop time.Duration
-		slow    bool     // every tenth request takes 6s
-		flags   []string // the supervisor's
+		slow    bool          // every tenth request takes 6s
+		flags   []string      // the supervisor's
+		lag     time.Duration // the client's, behind the EndpointSlices
+		// istio: Envoy as Istio runs it, its inbound listener marked so
+		// (the manifest's is not, and no drain hint reaches its clients)
+		// and --drain-strategy immediate (every connection told to close
+		// at its next response, where the manifest's gradual 30 s tells a
+		// share growing over 30 s).
+		istio bool
 	}{
-		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay},
-		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s},
-		{"roll-native", native, 0, 5 * time.Second, false, noDelay},
-		{"roll-policy", policy, 0, 5 * time.Second, false, nil},
-		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay},
-		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s},
-		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay},
+		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay, 0, false},
+		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s, 0, false},
+		// As Istio runs a sidecar (its inbound listener marked, Envoy's
+		// --drain-strategy immediate), the client following the endpoints
+		// 2 s late as a kube-proxy or a mesh does: for 2 s of its drain
+		// the pod is among the client's ready endpoints, where a close
+		// hint only sends the client back to it.
+		{"roll-classic-istio-lag2s", classic, 0, 5 * time.Second, false, noDelay, 2 * time.Second, true},
+		{"roll-classic-istio-lag2s-delay1s", classic, 0, 5 * time.Second, false, delay1s, 2 * time.Second, true},
+		{"roll-classic-istio-lag2s-delay3s", classic, 0, 5 * time.Second, false, delay3s, 2 * time.Second, true},
+		{"roll-native", native, 0, 5 * time.Second, false, noDelay, 0, false},
+		{"roll-policy", policy, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-classic-long", classic, 0, 8 * time.Second, true, noDelay, 0, false},
+		{"roll-classic-long-delay3s", classic, 0, 8 * time.Second, true, delay3s, 0, false},
+		{"roll-native-long", native, 0, 8 * time.Second, true, noDelay, 0, false},
 		// The app listens 3 s after it starts: the form's readiness probe
 		// on the app keeps it out of the endpoints until then (without
 		// it, 204 of 1072 requests failed with 503).
-		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil},
-		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil},
-		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil},
-		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil},
-		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil},
-		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil},
-		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil},
+		{"roll-classic-slow-start", classic, 3 * time.Second, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent", pilotAgentOnly, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent-long", pilotAgentOnly, 0, 8 * time.Second, true, nil, 0, false},
+		{"roll-pilot-agent-exit-on-zero", pilotAgentZero, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-pilot-agent-exit-on-zero-long", pilotAgentZero, 0, 8 * time.Second, true, nil, 0, false},
+		{"roll-istio-native", istioNative, 0, 5 * time.Second, false, nil, 0, false},
+		{"roll-istio-native-long", istioNative, 0, 8 * time.Second, true, nil, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -400,6 +447,9 @@ func TestClusterRollout(t *testing.T) {
 				c.admissionPolicies(t)
 			}
 			d := deploymentFrom(t, tc.name, 3, tc.form, tc.startup, tc.preStop, tc.flags...)
+			if tc.istio {
+				istioEnvoy(t, d)
+			}
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "default"},
 				Spec: corev1.ServiceSpec{Selector: d.Spec.Selector.MatchLabels,
@@ -428,9 +478,11 @@ func TestClusterRollout(t *testing.T) {
 				return "/app?delay=20ms"
 			}
 			l := newLoad(c, tc.name, 8000, 25*time.Millisecond, path)
+			l.lag = tc.lag
 			wctx, stopWatch := context.WithCancel(ctx)
 			defer stopWatch()
 			go l.watch(wctx)
+			go l.watchDeletions(wctx, "app="+tc.name)
 			if err := proctest.Poll(time.Minute, func() error {
 				if n := len(l.ready()); n != 3 {
 					return fmt.Errorf("%d ready endpoints", n)
@@ -493,8 +545,10 @@ func TestClusterRollout(t *testing.T) {
 			sent, ok, _ := l.counts()
 			failed, kinds := l.failed()
 			keep, dials := l.keepSent.Load(), l.keepDials.Load()
-			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request); %s",
-				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond), keep, dials, float64(dials)/float64(max(keep, 1)), exits.summary())
+			wasted, wastedLast := l.wastedDials()
+			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request), %d of them to a pod already deleting (the last %s after its deletion was seen); %s",
+				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond), keep, dials, float64(dials)/float64(max(keep, 1)),
+				wasted, wastedLast.Round(time.Millisecond), exits.summary())
 			for _, e := range l.examples {
 				t.Logf("  failed: %s", e)
 			}
