@@ -62,10 +62,6 @@ const (
 // forwards to the app.
 var envoyConfigOnce sync.Once
 
-// inboundConfig is envoy-config.yaml's ConfigMap with its listener marked
-// INBOUND.
-const inboundConfig = "envoy-sidecar-inbound"
-
 func (c *cluster) envoyConfig(t *testing.T) {
 	t.Helper()
 	var err error
@@ -73,19 +69,6 @@ func (c *cluster) envoyConfig(t *testing.T) {
 		var cm corev1.ConfigMap
 		readDeploy(t, "envoy-sidecar/envoy-config.yaml", &cm)
 		cm.Namespace = "default"
-		if _, err = c.client.CoreV1().ConfigMaps("default").Create(context.Background(), &cm, metav1.CreateOptions{}); err != nil {
-			return
-		}
-		// The same, its listener marked INBOUND as a sidecar's inbound
-		// listener is (Istio's xDS marks it): the supervisor's inboundonly
-		// drain covers it, and the manifest's unmarked one it does not.
-		const listener = "  - name: inbound\n    address:"
-		marked := strings.Replace(cm.Data["envoy.yaml"], listener, "  - name: inbound\n    traffic_direction: INBOUND\n    address:", 1)
-		if marked == cm.Data["envoy.yaml"] {
-			err = fmt.Errorf("envoy-config.yaml: no listener named inbound to mark")
-			return
-		}
-		cm.Name, cm.Data["envoy.yaml"] = inboundConfig, marked
 		_, err = c.client.CoreV1().ConfigMaps("default").Create(context.Background(), &cm, metav1.CreateOptions{})
 	})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -184,18 +167,16 @@ func deploymentFrom(t *testing.T, name string, replicas int32, form proxyForm, s
 	return &d
 }
 
-// istioEnvoy gives a classic Deployment's Envoy the listener and the drain
-// strategy Istio gives its own (see TestClusterRollout's istio).
+// istioEnvoy gives a classic Deployment's Envoy the drain strategy Istio
+// gives its own (see TestClusterRollout's istio).
 func istioEnvoy(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
 	spec := &d.Spec.Template.Spec
 	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })
-	v := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "envoy-config" })
-	if i < 0 || v < 0 || spec.Volumes[v].ConfigMap == nil {
-		t.Fatal("deployment.yaml: no envoy container, or no envoy-config ConfigMap volume")
+	if i < 0 {
+		t.Fatal("deployment.yaml: no envoy container")
 	}
 	spec.Containers[i].Command = append(spec.Containers[i].Command, "--drain-strategy", "immediate")
-	spec.Volumes[v].ConfigMap.Name = inboundConfig
 }
 
 // probeTimeout is the probes' timeoutSeconds on this node: the suite's own
@@ -398,17 +379,15 @@ func TestClusterRollout(t *testing.T) {
 		slow    bool          // every tenth request takes 6s
 		flags   []string      // the supervisor's
 		lag     time.Duration // the client's, behind the EndpointSlices
-		// istio: Envoy as Istio runs it, its inbound listener marked so
-		// (the manifest's is not, and no drain hint reaches its clients)
-		// and --drain-strategy immediate (every connection told to close
-		// at its next response, where the manifest's gradual 30 s tells a
-		// share growing over 30 s).
+		// istio: Envoy's --drain-strategy immediate, as Istio runs it
+		// (every connection told to close at its next response, where the
+		// manifest's gradual 30 s tells a share growing over 30 s).
 		istio bool
 	}{
 		{"roll-classic", classic, 0, 5 * time.Second, false, noDelay, 0, false},
 		{"roll-classic-delay3s", classic, 0, 5 * time.Second, false, delay3s, 0, false},
-		// As Istio runs a sidecar (its inbound listener marked, Envoy's
-		// --drain-strategy immediate), the client following the endpoints
+		// As Istio runs a sidecar (Envoy's --drain-strategy immediate),
+		// the client following the endpoints
 		// 2 s late as a kube-proxy or a mesh does: for 2 s of its drain
 		// the pod is among the client's ready endpoints, where a close
 		// hint only sends the client back to it.
