@@ -388,7 +388,7 @@ func TestNativeSidecarThirdPartyAppStopsAtOnce(t *testing.T) {
 		t.Fatalf("prestop took %v while the app listened; a native sidecar's returns once the drain has started", d)
 	}
 	p.waitHTTP(readyURL, 503, soon)
-	app.Close()
+	p.unlisten(app)
 	start = time.Now()
 	deleted(t, sup)
 	if d := time.Since(start); d > 2*time.Second {

@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -149,6 +150,25 @@ func (p *pod) listen(network, addr string) net.Listener {
 	}()
 	p.t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// unlisten closes ln, an app's port from listen, and returns once nothing
+// listens there. Go closes the socket itself only once the Accept pending
+// on it has woken, which a busy machine runs late: a test that signals the
+// supervisor right after the app's close must not find the port still open.
+func (p *pod) unlisten(ln net.Listener) {
+	p.t.Helper()
+	ln.Close()
+	addr := ln.Addr().String()
+	if !proctest.Until(soon, func() bool {
+		c, err := p.netns.Dial(context.Background(), "tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}) {
+		p.t.Fatalf("%s still accepts after its listener's close", addr)
+	}
 }
 
 // http returns a client whose connections are made inside the pod.

@@ -28,9 +28,13 @@ func TestDeletionRace(t *testing.T) {
 		code      int
 		decidedBy string
 	}{
+		// The hook decides; the drain it starts, or the one the verdict
+		// started for it a moment before, ends at once, every peer having
+		// completed, and may have stopped the proxy by the time the hook
+		// asks to join it.
 		{"preStop within the window", func(h *harness) {
 			ok, why := h.s.Drain(context.Background())
-			if !ok || why != control.PeersCompleted {
+			if !ok || (why != control.PeersCompleted && why != control.AlreadyStopping) {
 				h.t.Errorf("preStop = %v, %q; want drained at once, every peer having completed", ok, why)
 			}
 		}, 0, "preStop"},

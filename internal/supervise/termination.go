@@ -63,6 +63,15 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 		case <-t.C:
 			s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
 		case <-s.life.decidedCh():
+			// A preStop or SIGTERM decided: the pod terminates. Its
+			// trigger decides before it starts its drain, so the drain may
+			// not have started yet; start it here (the trigger joins it)
+			// rather than stop the proxy under another peer's last
+			// requests, or under the hook that is about to drain.
+			if s.drain(why, true) == nil {
+				s.stop(why)
+			}
+			return
 		case <-ctx.Done():
 			return
 		}
