@@ -39,9 +39,10 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		}
 		// Ask the server to answer a little before our own deadline, so
 		// that a proxy that is not ready comes back with its reason rather
-		// than as a cancelled request: a tenth of the wait, and at least
-		// 250 ms (half of a shorter wait), for a loaded node's scheduling.
-		margin := max(left/10, min(250*time.Millisecond, left/2))
+		// than as a cancelled request: a quarter of the wait, and at least
+		// 500 ms (half of a shorter wait), for a loaded node's scheduling
+		// (250 ms was cut under the race detector at a load of 40).
+		margin := max(left/4, min(500*time.Millisecond, left/2))
 		ready, reason, err := c.Ready(ctx, min(left-margin, control.MaxWait))
 		switch {
 		case ready:
