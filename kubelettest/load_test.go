@@ -375,24 +375,40 @@ func (l *load) run(ctx context.Context) {
 func (l *load) send(client *http.Client, url string) {
 	resp, err := client.Get(url)
 	if err != nil {
-		l.fail(failureKind(err), fmt.Sprintf("%s: %v", url, err))
+		l.fail(failureKind(err), fmt.Sprintf("%s: %v%s", url, err, l.podState(url)))
 		return
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	switch {
 	case err != nil:
-		l.fail(failureKind(err), fmt.Sprintf("%s: body: %v", url, err))
+		l.fail(failureKind(err), fmt.Sprintf("%s: body: %v%s", url, err, l.podState(url)))
 	case resp.StatusCode >= 500:
-		l.fail("5xx", fmt.Sprintf("%s: %s %q", url, resp.Status, body))
+		l.fail("5xx", fmt.Sprintf("%s: %s %q%s", url, resp.Status, body, l.podState(url)))
 	case resp.StatusCode != http.StatusOK:
-		l.fail(resp.Status, url)
+		l.fail(resp.Status, url+l.podState(url))
 	default:
 		l.mu.Lock()
 		l.sent++
 		l.ok++
 		l.mu.Unlock()
 	}
+}
+
+// podState says of a failed request's target whether the suite had seen
+// its pod deleting, and for how long: a failure on a pod that the client
+// should have left already is the client's lag, one on a pod not deleting
+// is the pod's own.
+func (l *load) podState(target string) string {
+	host := strings.TrimPrefix(target, "http://")
+	host, _, _ = strings.Cut(host, "/")
+	ip, _, _ := net.SplitHostPort(host)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d, ok := l.deleting[ip]; ok {
+		return fmt.Sprintf(" (its pod seen deleting %s before)", time.Since(d.seen).Round(time.Millisecond))
+	}
+	return " (its pod not seen deleting)"
 }
 
 func failureKind(err error) string {
