@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The test binary doubles as a peer in another process, so that a lock
@@ -90,17 +92,7 @@ func helper(t *testing.T, mode string, d Dir, name string) *exec.Cmd {
 func holder(t *testing.T, d Dir, name string) (kill func()) {
 	t.Helper()
 	cmd := helper(t, "hold", d, name)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := proctest.Piped(t, cmd)
 	var once sync.Once
 	kill = func() {
 		once.Do(func() {

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // BenchmarkScan times one scan with that many established loopback connections in
@@ -83,17 +85,7 @@ func loopbackConns(b *testing.B, n int) net.Listener {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDialHelper$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d", dialHelperEnv, ln.Addr(), n))
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	stdin, stdout := proctest.Piped(b, cmd)
 	// Closing the child's stdin tells it to close its connections and exit.
 	b.Cleanup(func() {
 		stdin.Close()

@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,4 +225,23 @@ func Zombies(ppid int) []int {
 		}
 	}
 	return out
+}
+
+// Piped starts cmd, a helper process that talks to its test over its
+// standard streams, and returns a pipe to its stdin and one from its stdout.
+// The caller waits for it.
+func Piped(tb testing.TB, cmd *exec.Cmd) (stdin io.WriteCloser, stdout io.ReadCloser) {
+	tb.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err = cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	return stdin, stdout
 }
