@@ -304,13 +304,20 @@ func (l *load) podSeen(p *corev1.Pod) {
 // wasted counts a kept-alive dial to addr (IP:PORT) when its pod was seen
 // deleting.
 func (l *load) wasted(addr string) {
-	ip, _, _ := net.SplitHostPort(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d, ok := l.deleting[ip]; ok {
+	if since, ok := l.deletingFor(addr); ok {
 		l.keepWasted++
-		l.wastedLast = max(l.wastedLast, time.Since(d.seen))
+		l.wastedLast = max(l.wastedLast, since)
 	}
+}
+
+// deletingFor is how long ago the pod at addr (IP:PORT) was seen deleting;
+// false when it was not. l.mu is held.
+func (l *load) deletingFor(addr string) (time.Duration, bool) {
+	ip, _, _ := net.SplitHostPort(addr)
+	d, ok := l.deleting[ip]
+	return time.Since(d.seen), ok
 }
 
 // wastedDials are keepWasted and wastedLast.
@@ -400,13 +407,11 @@ func (l *load) send(client *http.Client, url string) {
 // should have left already is the client's lag, one on a pod not deleting
 // is the pod's own.
 func (l *load) podState(target string) string {
-	host := strings.TrimPrefix(target, "http://")
-	host, _, _ = strings.Cut(host, "/")
-	ip, _, _ := net.SplitHostPort(host)
+	host, _, _ := strings.Cut(strings.TrimPrefix(target, "http://"), "/")
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d, ok := l.deleting[ip]; ok {
-		return fmt.Sprintf(" (its pod seen deleting %s before)", time.Since(d.seen).Round(time.Millisecond))
+	if since, ok := l.deletingFor(host); ok {
+		return fmt.Sprintf(" (its pod seen deleting %s before)", since.Round(time.Millisecond))
 	}
 	return " (its pod not seen deleting)"
 }
