@@ -98,9 +98,9 @@ func writeTerminationLog(path, line string, log *slog.Logger) {
 // Truncating a large file frees its blocks in the kernel, and a thread doing
 // so holds the process's exit until it is done (about 20 ms a GiB on disk
 // and 500 ms on tmpfs here): an O_TRUNC of a 4 GiB file held the exit past
-// the bound, and the exit came before the line was written. So the line is
-// written first, and the file is cut from its end in steps of truncateStep,
-// none of which holds the exit long, for truncateFor at most.
+// the bound, and the exit came before the line was written. So the file is
+// cut from its end in steps of truncateStep, none of which holds the exit
+// long, for truncateFor at most.
 const (
 	truncateStep = 64 << 20
 	truncateFor  = summaryWait * 3 / 4
@@ -127,27 +127,47 @@ func writeNonBlocking(path, line string, deadline time.Time) error {
 		_, err := f.WriteString(line) // a FIFO or a device has no offset
 		return err
 	}
-	if _, err := f.WriteAt([]byte(line), 0); err != nil {
+	m := message{f: f, line: line, size: max(st.Size(), int64(len(line)))}
+	if err := m.place(); err != nil {
 		return err
 	}
-	size := max(st.Size(), int64(len(line))) // the size before the write
-	for size > int64(len(line)) && time.Now().Before(deadline) {
-		size = max(size-truncateStep, int64(len(line)))
-		if err := f.Truncate(size); err != nil {
+	for m.size > int64(len(line)) && time.Now().Before(deadline) {
+		if err := m.cut(max(m.size-truncateStep, int64(len(line)))); err != nil {
 			return err
 		}
 	}
-	if size == int64(len(line)) {
-		return nil
-	}
-	// The file is still too large to cut in time. The kubelet reads its
-	// tail, so the tail is made the line, after blanks.
-	tail := min(size, messageMax)
+	return nil
+}
+
+// message keeps a termination message file's tail, what the kubelet reads,
+// the line at every step of cutting the file to it: the exit can come
+// between any two steps (the write's bound ends, or the process is
+// starved on a busy node), and a cut file's new tail is the old file's
+// middle, zeros in a file that was allocated and never written.
+type message struct {
+	f    *os.File
+	line string
+	size int64 // the file's size, or the line's length if that is larger
+}
+
+// place writes the line at the end of the file's tail, after blanks.
+func (m *message) place() error {
+	tail := min(m.size, messageMax)
 	b := make([]byte, tail)
-	for i := range b {
+	for i := range b[:tail-int64(len(m.line))] {
 		b[i] = ' '
 	}
-	copy(b[tail-int64(len(line)):], line)
-	_, err = f.WriteAt(b, size-tail)
+	copy(b[tail-int64(len(m.line)):], m.line)
+	_, err := m.f.WriteAt(b, m.size-tail)
 	return err
+}
+
+// cut shrinks the file to size, placing the line where the new tail will
+// be before the file ends there.
+func (m *message) cut(size int64) error {
+	m.size = size
+	if err := m.place(); err != nil {
+		return err
+	}
+	return m.f.Truncate(size)
 }

@@ -1,9 +1,11 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,5 +89,55 @@ func TestSummaryWriteFailuresDoNotTouchTheExit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An exit can come between any two steps of cutting a large termination
+// message file (the write's bound ends, or a busy node starves the
+// process), so after each step the file's last 4096 bytes, what the
+// kubelet reads, must end with the line. A cut file's new tail is its old
+// middle: zeros in a file allocated and never written, which is what the
+// message was on a loaded machine when only the file's start held the line.
+func TestTerminationMessageTailHoldsTheLineAtEveryCut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "termination-log")
+	const line = "proxy-supervisor: exit 127 (proxy could not be started)\n"
+	for _, size := range []int64{0, 10, messageMax - 1, messageMax + 100, 3*truncateStep + 12345} {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil { // sparse: reads as zeros
+			t.Fatal(err)
+		}
+		m := message{f: f, line: line, size: max(size, int64(len(line)))}
+		check := func(step string) {
+			t.Helper()
+			st, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tail := make([]byte, min(st.Size(), messageMax))
+			if _, err := f.ReadAt(tail, st.Size()-int64(len(tail))); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.TrimLeft(string(tail), " ")
+			if got != line {
+				t.Fatalf("file of %d bytes, %s: the kubelet would read %q (%d bytes), want the line after blanks", size, step, got[:min(len(got), 80)], len(got))
+			}
+		}
+		if err := m.place(); err != nil {
+			t.Fatal(err)
+		}
+		check("placed")
+		for m.size > int64(len(line)) {
+			if err := m.cut(max(m.size-truncateStep, int64(len(line)))); err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprintf("cut to %d", m.size))
+		}
+		f.Close()
+		if b, err := os.ReadFile(path); err != nil || string(b) != line {
+			t.Fatalf("file of %d bytes, cut to the end: %q, %v; want the line alone", size, b, err)
+		}
 	}
 }
