@@ -337,7 +337,7 @@ func checkProxy(t *testing.T, spec *corev1.PodSpec, p *proxy, peers map[string]b
 		t.Errorf("restartPolicy %q with --restart-policy=%s, want %s", spec.RestartPolicy, got, wantPolicy)
 	}
 	// An app's own restart policy and rules, which the downward API
-	// cannot give either (docs/design.md, --peer-restart).
+	// cannot give either (docs/reference.md, --peer-restart).
 	given := strings.Split(p.flag("peer-restart", ""), ";")
 	for _, c := range spec.Containers {
 		if want := peerRestart(c); want != "" && !slices.Contains(given, want) {

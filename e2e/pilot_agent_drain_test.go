@@ -57,7 +57,7 @@ func needPilotAgent(t *testing.T) (bin, template string) {
 // with the sidecar's listeners): on SIGTERM it POSTs
 // drain_listeners?inboundonly&graceful, waits terminationDrainDuration and
 // kills Envoy. Where it differs from the supervisor's drain is what this
-// asserts, as docs/design.md records it: before 1.34 the app's outbound
+// asserts, as docs/reference.md records it: before 1.34 the app's outbound
 // keep-alive is told to close; without skip_exit a new inbound connection
 // is refused once --drain-time-s has passed; and the proxy goes at the end
 // of terminationDrainDuration while the app still listens.

@@ -96,7 +96,7 @@ func TestRestartRules(t *testing.T) {
 
 // restartPod is a Job form's pod whose app carries restartPolicy Never and
 // a rule with action on exit 42, mirrored in the supervisor's
-// --peer-restart, as docs/design.md tells users to write it.
+// --peer-restart, as docs/reference.md tells users to write it.
 func restartPod(t *testing.T, manifest, name string, action corev1.ContainerRestartRuleAction) *corev1.Pod {
 	t.Helper()
 	pod := podFrom(t, manifest, name, "/podapp", "get", hello, "fail-once", "/tmp/ran", "42")

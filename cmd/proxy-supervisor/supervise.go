@@ -222,7 +222,7 @@ func (o *superviseOptions) bounds(f *flags, env func(string) string) error {
 		}
 	}
 	// Istio's knobs apply only where ours were not given: a flag or its
-	// variable always wins (docs/design.md, "Istio's knobs").
+	// variable always wins (docs/reference.md, "Istio's knobs").
 	if o.istio.min > 0 && !f.given("drain-min", env) {
 		*o.drainMin = o.istio.min
 		// A floor above the default ceiling would be cut short; Istio's

@@ -7,7 +7,7 @@ import (
 )
 
 // TestExitCodeTable checks ExitCode against the exit-code table of
-// docs/design.md, row by row, and then the rule that the first decisive
+// docs/reference.md, row by row, and then the rule that the first decisive
 // event wins.
 func TestExitCodeTable(t *testing.T) {
 	tests := []struct {

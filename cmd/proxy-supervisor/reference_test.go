@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// docs/design.md carries the command list and every command's flags as
+// docs/reference.md carries the command list and every command's flags as
 // tables generated from the binary's own --help, between markers:
 //
 //	<!-- generated: flags supervise -->
@@ -20,16 +20,23 @@ import (
 // The test fails when a table and --help disagree; -update rewrites the
 // tables in place:
 //
-//	go test ./cmd/proxy-supervisor -run TestDesignTablesMatchHelp -update
-var update = flag.Bool("update", false, "rewrite docs/design.md's generated tables from --help")
+//	go test ./cmd/proxy-supervisor -run TestReferenceMatchesHelp -update
+//
+// The other tests hold the prose to --help as well: every command that
+// --help lists has its section, and every flag that the reference or the
+// design names is one that some command takes.
+var update = flag.Bool("update", false, "rewrite docs/reference.md's generated tables from --help")
 
-const designDoc = "../../docs/design.md"
+const (
+	referenceDoc = "../../docs/reference.md"
+	designDoc    = "../../docs/design.md"
+)
 
 var generatedBlock = regexp.MustCompile(`(?s)(<!-- generated: ([a-z ]+) -->\n)(.*?)(<!-- end generated -->)`)
 
-func TestDesignTablesMatchHelp(t *testing.T) {
-	want := designTables(t)
-	doc, err := os.ReadFile(designDoc)
+func TestReferenceMatchesHelp(t *testing.T) {
+	want := referenceTables(t)
+	doc, err := os.ReadFile(referenceDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +48,10 @@ func TestDesignTablesMatchHelp(t *testing.T) {
 		w, ok := want[name]
 		switch {
 		case !ok:
-			t.Errorf("%s: block %q: no such generated table (want one of %v)", designDoc, name, keys(want))
+			t.Errorf("%s: block %q: no such generated table (want one of %v)", referenceDoc, name, keys(want))
 		case got != w && !*update:
 			t.Errorf("%s: block %q differs from --help; run\n\tgo test ./cmd/proxy-supervisor -run %s -update\n--- doc\n%s--- help\n%s",
-				designDoc, name, t.Name(), got, w)
+				referenceDoc, name, t.Name(), got, w)
 		}
 		if !ok {
 			return m
@@ -53,14 +60,14 @@ func TestDesignTablesMatchHelp(t *testing.T) {
 	})
 	for name := range want {
 		if !seen[name] {
-			t.Errorf("%s: no block for %q: add <!-- generated: %s --> and <!-- end generated --> where it belongs, then run with -update", designDoc, name, name)
+			t.Errorf("%s: no block for %q: add <!-- generated: %s --> and <!-- end generated --> where it belongs, then run with -update", referenceDoc, name, name)
 		}
 	}
 	if *update && !bytes.Equal(out, doc) {
-		if err := os.WriteFile(designDoc, out, 0o644); err != nil {
+		if err := os.WriteFile(referenceDoc, out, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rewrote %s", designDoc)
+		t.Logf("rewrote %s", referenceDoc)
 	}
 }
 
@@ -72,10 +79,10 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// designTables renders, by block name, what docs/design.md must say: the
+// referenceTables renders, by block name, what docs/reference.md must say: the
 // command list, and for each command its synopsis, description and flags.
 // The environment is empty, so that defaults are the built-in ones.
-func designTables(t *testing.T) map[string]string {
+func referenceTables(t *testing.T) map[string]string {
 	t.Helper()
 	noEnv := func(string) string { return "" }
 	var list strings.Builder
@@ -163,6 +170,87 @@ func TestParseHelpSeesEveryFlag(t *testing.T) {
 		h, _ := parseHelp(out.String())
 		if n := strings.Count(out.String(), "\n  --"); n != len(h.flags) {
 			t.Errorf("%s --help lists %d flags, parseHelp found %d", c.name, n, len(h.flags))
+		}
+	}
+}
+
+// helpCommand is a command line of the top-level --help: two spaces, the
+// moment (blank under the first of its moment), the command, what it does.
+var helpCommand = regexp.MustCompile(`(?m)^  .{9} ([a-z]+) +\S`)
+
+// TestReferenceListsEveryCommand reads the command list from the top-level
+// --help, not from the table the generated blocks are made from, so that a
+// command added to one and not the other is caught too: each needs its
+// section and its generated block in the reference.
+func TestReferenceListsEveryCommand(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--help"}, func(string) string { return "" }, &out, &out); code != 0 {
+		t.Fatalf("--help: exit %d: %s", code, out.String())
+	}
+	doc, err := os.ReadFile(referenceDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := helpCommand.FindAllStringSubmatch(out.String(), -1)
+	if len(found) < 2 {
+		t.Fatalf("--help lists %d commands; has its layout changed?\n%s", len(found), out.String())
+	}
+	for _, m := range found {
+		name := m[1]
+		for _, want := range []string{"\n### " + name + "\n", "<!-- generated: command " + name + " -->"} {
+			if !bytes.Contains(doc, []byte(want)) {
+				t.Errorf("%s: command %q of --help has no %q", referenceDoc, name, strings.TrimSpace(want))
+			}
+		}
+	}
+}
+
+// docFlag is a flag as the docs write it: --name, not inside a longer word.
+var docFlag = regexp.MustCompile(`(^|[^\w-])--([a-z][a-z0-9-]*[a-z0-9])`)
+
+// foreignFlags are other programs' flags that the docs name, each with its
+// program: they are not ours to find in --help.
+var foreignFlags = map[string]string{
+	"drain-time-s":   "envoy",
+	"drain-strategy": "envoy",
+	"unix-socket":    "curl",
+	"fake-version":   "fake-envoy",
+}
+
+// TestDocsNameOnlyRealFlags fails when the reference or the design names a
+// flag that no command takes (a flag renamed or removed, and the prose left
+// behind), or when a foreign flag listed above has become one of ours.
+func TestDocsNameOnlyRealFlags(t *testing.T) {
+	real := map[string]bool{"help": true, "version": true} // proxy-supervisor --help, --version
+	for _, c := range commands() {
+		var out bytes.Buffer
+		run([]string{c.name, "--help"}, func(string) string { return "" }, &out, &out)
+		h, ok := parseHelp(out.String())
+		if !ok {
+			t.Fatalf("%s --help: not a help text:\n%s", c.name, out.String())
+		}
+		for _, f := range h.flags {
+			real[f.name] = true
+		}
+	}
+	for name, prog := range foreignFlags {
+		if real[name] {
+			t.Errorf("--%s is listed as %s's flag, but a command of ours takes it", name, prog)
+		}
+	}
+	for _, path := range []string{referenceDoc, designDoc} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, m := range docFlag.FindAllStringSubmatch(string(doc), -1) {
+			name := m[2]
+			if real[name] || foreignFlags[name] != "" || seen[name] {
+				continue
+			}
+			seen[name] = true
+			t.Errorf("%s names --%s, which no command takes (see proxy-supervisor COMMAND --help)", path, name)
 		}
 	}
 }
