@@ -111,8 +111,9 @@ image:
 		-t $(REGISTRY)/envoy:$(VERSION) .
 
 # Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
-# pattern, the shell loops), then docs/benchmarks.md's generated part and
-# docs/benchmarks.svg; docs/benchmarks.md. Needs root; about 12 minutes.
+# pattern, the shell loops), then docs/benchmarks.md's current run and
+# docs/benchmarks.svg. Needs root and a clean tree (PS_BENCH_DIRTY=1 measures
+# uncommitted changes, marked as such); about 12 minutes.
 bench: build
 	bash scripts/bench.sh
 

@@ -1,9 +1,10 @@
 // Command benchreport turns the raw output of scripts/bench.sh into the
-// generated part of docs/benchmarks.md (every figure beside the baselines
-// measured in the same run, with ratios, and the machine and its load) and
-// a chart of the lifecycle latencies against their baselines, drawn with
-// gonum.org/v1/plot. It is a module of its own so that the plotting library
-// never reaches the binary's module.
+// current run of docs/benchmarks.md (every figure beside the baselines
+// measured in the same run, with ratios, the command that produces it, and
+// the machine and its load; a run of a tree with uncommitted changes is
+// marked as such) and a chart of the lifecycle latencies against their
+// baselines, drawn with gonum.org/v1/plot. It is a module of its own so
+// that the plotting library never reaches the binary's module.
 //
 //	go run . -in ../bin/bench -doc ../docs/benchmarks.md -svg ../docs/benchmarks.svg
 package main
@@ -226,9 +227,13 @@ func ratio(a, b float64) string {
 func render(r *report, svg string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	w("%s\n## Latest run\n\n", begin)
+	w("%s\n## Current run\n\n", begin)
 	w("This section is written by `make bench` (`benchreport/`, from `bin/bench/`); every figure in it\n")
 	w("was measured in that one run, the baselines beside the supervisor on the same machine.\n\n")
+	if r.dirty() {
+		w("**Not a report of a commit:** the tree had uncommitted changes (`PS_BENCH_DIRTY=1`);\n")
+		w("a `make bench` of a clean tree replaces it.\n\n")
+	}
 	for _, l := range r.machine {
 		w("- %s\n", strings.TrimSpace(l))
 	}
@@ -258,7 +263,11 @@ func render(r *report, svg string) string {
 			}
 		}
 		o, ok := ours(rows)
-		w("\n**%s**\n\n| subject | n | p50 | p90 | p99 | max | p50 ratio | p99 ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", sec)
+		w("\n**%s**\n", sec)
+		if c := commandOf(sec); c != "" {
+			w("\n`%s`\n", c)
+		}
+		w("\n| subject | n | p50 | p90 | p99 | max | p50 ratio | p99 ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range rows {
 			r50, r99 := "—", "—"
 			if ok {
@@ -269,7 +278,7 @@ func render(r *report, svg string) string {
 	}
 
 	if len(r.cpu) > 0 {
-		w("\n### CPU while a drain waits on a listening app (ms of CPU per second)\n\n| subject | runs | median | min | max | ratio to the draining supervisor |\n|---|---:|---:|---:|---:|---:|\n")
+		w("\n### CPU while a drain waits on a listening app (ms of CPU per second)\n\n`%s`\n\n| subject | runs | median | min | max | ratio to the draining supervisor |\n|---|---:|---:|---:|---:|---:|\n", e2eBench("BenchmarkDrainCPU"))
 		var base float64
 		for _, c := range r.cpu {
 			if strings.Contains(c[1], "draining") {
@@ -282,7 +291,7 @@ func render(r *report, svg string) string {
 	}
 
 	if len(r.mem) > 0 {
-		w("\n### Idle memory (kB, medians)\n\n| subject (PID 1) | runs | VmRSS | RssAnon | RssFile | threads | VmRSS ratio to tini |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		w("\n### Idle memory (kB, medians)\n\n`%s`\n\n| subject (PID 1) | runs | VmRSS | RssAnon | RssFile | threads | VmRSS ratio to tini |\n|---|---:|---:|---:|---:|---:|---:|\n", e2eBench("BenchmarkIdleMemory"))
 		var tini float64
 		for _, m := range r.mem {
 			if strings.HasPrefix(m[0], "tini") {
@@ -294,16 +303,16 @@ func render(r *report, svg string) string {
 		}
 	}
 	if len(r.burst) > 0 {
-		w("\n### Memory after a 5 s wrk burst on `/healthz/ready` (kB)\n\nThe control is a supervisor of the same age in another pod that gets no burst.\n\n| when | VmRSS | RssAnon | control VmRSS | control RssAnon |\n|---|---:|---:|---:|---:|\n")
+		w("\n### Memory after a 5 s wrk burst on `/healthz/ready` (kB)\n\n`%s`\n\nThe control is a supervisor of the same age in another pod that gets no burst.\n\n| when | VmRSS | RssAnon | control VmRSS | control RssAnon |\n|---|---:|---:|---:|---:|\n", e2eBench("BenchmarkMemoryAfterBurst"))
 		for _, m := range r.burst {
 			w("| %s | %s | %s | %s | %s |\n", m[0], field(m, "VmRSS"), field(m, "RssAnon"), field(m, "control VmRSS"), field(m, "control RssAnon"))
 		}
 	}
 	if len(r.storm) > 0 {
-		w("\n### Orphan storm, whole command (hyperfine; each command's runs in one block)\n\n%s\n", strings.Join(r.storm, "\n"))
+		w("\n### Orphan storm, whole command (hyperfine; each command's runs in one block)\n\n`hyperfine` over `scripts/storm -n 5000` under each init, as `scripts/bench.sh` runs it\n\n%s\n", strings.Join(r.storm, "\n"))
 	}
 	if len(r.portwatch) > 0 {
-		w("\n### Port scan (ns per scan)\n\n| benchmark | ns/op |\n|---|---:|\n")
+		w("\n### Port scan (ns per scan)\n\n`go test -count=1 -run '^$' -bench Scan -benchtime 200x ./internal/portwatch/`\n\n| benchmark | ns/op |\n|---|---:|\n")
 		for _, l := range r.portwatch {
 			f := strings.Fields(l)
 			if len(f) >= 3 {
@@ -319,6 +328,45 @@ func render(r *report, svg string) string {
 	}
 	w("\n%s", end)
 	return b.String()
+}
+
+// dirty reports whether the run measured a tree with uncommitted changes:
+// the version the binary prints then ends in -dirty (see the machine line).
+func (r *report) dirty() bool {
+	for _, l := range r.machine {
+		if strings.Contains(l, "-dirty") {
+			return true
+		}
+	}
+	return false
+}
+
+// commands are the command lines that produce each section of latencies,
+// by the section's title as the run printed it (its start): the reader's
+// way to measure one figure again without the whole run.
+var commands = []struct{ prefix, command string }{
+	{"exec -- true", e2eBench("BenchmarkExec")},
+	{"orphan storm", e2eBench("BenchmarkOrphanStorm")},
+	{"readiness", e2eBench("BenchmarkReadiness")},
+	{"/healthz/ready", e2eBench("BenchmarkHealthzReady")},
+	{"completion", e2eBench("BenchmarkCompletion")},
+	{"drain", e2eBench("BenchmarkDrain")},
+	{"pod in a real kubelet", "cd kubelettest && KUBELETTEST_FIGURE_RUNS=5 go test -count=1 -run '^TestPodFigures$' -v -timeout 40m ."},
+}
+
+func commandOf(section string) string {
+	for _, c := range commands {
+		if strings.HasPrefix(section, c.prefix) {
+			return c.command
+		}
+	}
+	return ""
+}
+
+// e2eBench is the command line of one of e2e's benchmarks, against the
+// binaries make bench built.
+func e2eBench(name string) string {
+	return "PS_BENCH_BIN=$PWD/bin/bench/bin go test -count=1 -run '^$' -bench '^" + name + "$' -benchtime 1x ./e2e"
 }
 
 // field is the value of key=value among f.

@@ -6,12 +6,15 @@
 #
 #   make bench                       # or: bash scripts/bench.sh
 #   PS_BENCH_QUICK=1 make bench      # a tenth of the samples, a smoke run
+#   PS_BENCH_DIRTY=1 make bench      # measure uncommitted changes anyway
 #
 # Raw output goes to $BIN/bench/ (e2e.txt, kubelet.txt, storm-hyperfine.md,
 # portwatch.txt, summary.txt, load.txt), and the binaries measured to $BIN/bench/bin/. At the
-# end it rewrites the generated block of docs/benchmarks.md and
-# docs/benchmarks.svg from that output (benchreport/). pilot-agent, a peer
-# baseline, is built once per istio version by scripts/pilot-agent.sh.
+# end it rewrites the current run in docs/benchmarks.md and
+# docs/benchmarks.svg from that output (benchreport/). The report is of a
+# commit: a tree with uncommitted changes to tracked files is refused, or,
+# under PS_BENCH_DIRTY=1, measured and marked as not a commit's. pilot-agent,
+# a peer baseline, is built once per istio version by scripts/pilot-agent.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -24,6 +27,15 @@ unset GOMAXPROCS GOMEMLIMIT GOGC GODEBUG
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench: needs root for PID and network namespaces" >&2
+  exit 1
+fi
+
+# The current report is a commit's: what it measured must be what the
+# commit holds. (A quick run is a smoke run, whatever the tree.)
+if [ -z "${PS_BENCH_DIRTY:-}${PS_BENCH_QUICK:-}" ] && ! git diff --quiet HEAD --; then
+  echo "bench: the tree has uncommitted changes, and docs/benchmarks.md reports a commit:" >&2
+  git diff --stat HEAD -- | tail -1 >&2
+  echo "bench: commit them, or set PS_BENCH_DIRTY=1 to measure them anyway (the report then says so)" >&2
   exit 1
 fi
 
@@ -146,7 +158,7 @@ podruns=5
 # The generated part of docs/benchmarks.md and its chart, by benchreport/ (a
 # module of its own: the plotting library stays out of the binary's).
 cut -d' ' -f1-3 /proc/loadavg >"$OUT/load-end.txt"
-echo "== docs/benchmarks.md and docs/benchmarks.svg"
+echo "== docs/benchmarks.md (the current run) and docs/benchmarks.svg"
 (cd benchreport && go run . -in "$OUT" -doc ../docs/benchmarks.md -svg ../docs/benchmarks.svg) || status=1
 
 if [ "$status" -ne 0 ]; then

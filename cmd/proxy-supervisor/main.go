@@ -48,7 +48,7 @@ func main() {
 // default the heap would sit at 4 MB of mostly garbage. A soft memory limit
 // was tried instead and rejected: the runtime's own memory fills a small
 // limit, and the collector then runs without pause (27% of a CPU under load,
-// p99 of /healthz/ready 9 ms instead of 0.6 ms; docs/benchmarks.md).
+// p99 of /healthz/ready 9 ms instead of 0.6 ms; docs/benchmarks-history.md).
 // GOGC in the environment still overrides it. Memory profiling is off:
 // nothing reads the profile, and its buckets are never freed (1.4 MB of
 // them after one 5 s wrk burst on /healthz/ready).

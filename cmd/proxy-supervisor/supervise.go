@@ -357,7 +357,7 @@ func restartPolicy(restart string, restartGiven bool, onFailure string) (peers.R
 }
 
 // defaultDrainDelay is --drain-delay's default: in the rolling update
-// (docs/benchmarks.md, Issue 28), 3 s kept a client that follows the
+// (docs/benchmarks-history.md, Issue 28), 3 s kept a client that follows the
 // endpoints 2 s late from every new connection a close hint sent back to
 // the deleting pod, at no cost in failed requests or roll time.
 const defaultDrainDelay = 3 * time.Second

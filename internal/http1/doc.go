@@ -6,7 +6,7 @@
 // net/http would do all of it, at the price of its imports (crypto/tls and
 // x509 above all): they were 3.7 MB of a 7.5 MB binary, and a binary's pages
 // are resident in every pod that runs it, and read at the start of every
-// client command (docs/benchmarks.md). Everything here is plain HTTP over a
+// client command (docs/benchmarks-history.md). Everything here is plain HTTP over a
 // local connection: a unix socket or loopback TCP.
 //
 // The subset, as a server (Server, ParseRequest):
