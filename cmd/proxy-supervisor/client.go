@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 )
 
 // retryEvery is how often a client tries again while no supervisor listens
@@ -89,14 +90,11 @@ func supervisorUIDs(f *flags) *uidList {
 const readinessEndpoint = "a local proxy's readiness endpoint, such as pilot-agent's http://127.0.0.1:15020/healthz/ready"
 
 // waitURL polls an HTTP readiness URL, for a proxy that is not ours.
-func waitURL(url string, timeout time.Duration) (bool, string) {
+func waitURL(url http1.URL, timeout time.Duration) (bool, string) {
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	r, err := envoy.NewReadyURL(url)
-	if err != nil {
-		return false, err.Error()
-	}
+	r := envoy.NewReadyURL(url)
 	why := "no answer"
 	for ctx.Err() == nil {
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
@@ -123,7 +121,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		"Exits 0 once the proxy is ready, or non-zero at the timeout. Fits a postStart hook and an app's start script.")
 	timeout := f.fs.Duration("timeout", 60*time.Second, "how long to wait")
 	dir := controlDirFlag(f, "the shared emptyDir `DIR` holding sock/control.sock")
-	url := &httpURL{what: readinessEndpoint}
+	url := newHTTPURL("", readinessEndpoint, false)
 	f.fs.Var(url, "url", "an http:// readiness `URL` to poll instead of the control socket (a proxy that is not ours); plain HTTP only")
 	trust := supervisorUIDs(f)
 	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done {
@@ -133,7 +131,7 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
 		return 2
 	}
-	if url.val != "" && f.explicit("control-dir") {
+	if url.url.Raw != "" && f.explicit("control-dir") {
 		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
 		return 2
 	}
@@ -143,8 +141,8 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 	var ok bool
 	var why string
 	var refused error
-	if url.val != "" {
-		ok, why = waitURL(url.val, *timeout)
+	if url.url.Raw != "" {
+		ok, why = waitURL(url.url, *timeout)
 	} else {
 		ok, why, refused = waitReady(context.Background(), control.NewClient(*dir, *trust...), *timeout)
 	}

@@ -130,8 +130,8 @@ func (b *slowSecondPoll) Status() any                                        { r
 func TestWaitGivesTheLastReasonWhenItsDeadlineCutsAPoll(t *testing.T) {
 	dir := t.TempDir()
 	b := &slowSecondPoll{}
-	s, err := control.Listen(dir, b, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
+	s := control.New(dir, b, nil, slog.New(slog.DiscardHandler))
+	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve()
