@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // --version and version print the same one line, as kubectl's and Go's
@@ -134,21 +132,6 @@ func TestEveryDurationFlag(t *testing.T) {
 			if got := strings.Contains(stderr, why); got != (f.arg == "DURATION") {
 				t.Errorf("%s --%s %s: refusing 5x says %q", c.name, f.name, f.arg, stderr)
 			}
-		}
-	}
-}
-
-// A completion recorded while no supervisor listens is exec's usual end (the
-// supervisor read the record and stopped before the poke): it is said
-// calmly, with the code, and nothing in it reads like a failure.
-func TestRecordedWithoutSupervisorIsCalm(t *testing.T) {
-	for cmd, want := range map[string]string{
-		"exec":     "proxy-supervisor: exec: completion of app (exit 3) recorded; the supervisor has already read it and stopped, or reads it when it starts\n",
-		"complete": "proxy-supervisor: complete: completion of app (exit 3) recorded; no supervisor is listening: it has read the record and stopped already, or reads it when it starts\n",
-	} {
-		var out bytes.Buffer
-		if err := newReporter(cmd, t.TempDir(), "app", nil, &out).poke(peers.Record{ExitCode: 3, Reason: peers.Exited}); err != nil || out.String() != want {
-			t.Errorf("%s: %v, said %q; want %q", cmd, err, out.String(), want)
 		}
 	}
 }

@@ -380,15 +380,18 @@ func (c *exitCode) Set(v string) error {
 // listenAddr is a TCP address to listen on, host:port with a numeric port
 // from 1 to 65535, or empty for off. A bad one is refused with the flags,
 // not found out by the listener after the proxy has started.
-type listenAddr string
+type listenAddr struct {
+	addr string
+	port uint16 // 0: off
+}
 
-func (a *listenAddr) String() string { return string(*a) }
+func (a *listenAddr) String() string { return a.addr }
 
 func (a *listenAddr) placeholder() string { return "HOST:PORT" }
 
 func (a *listenAddr) Set(v string) error {
 	if v == "" {
-		*a = ""
+		*a = listenAddr{}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(v)
@@ -400,22 +403,34 @@ func (a *listenAddr) Set(v string) error {
 			return err
 		}
 	}
-	if _, err := http1.ParsePort(port); err != nil {
+	n, err := http1.ParsePort(port)
+	if err != nil {
 		return err
 	}
-	*a = listenAddr(v)
+	*a = listenAddr{v, n}
 	return nil
 }
 
-// httpURL is the URL of a local plain-HTTP server, as http1.ParseURL
-// takes it. what names the server, for the error that refuses https.
+// httpURL is the URL of a local plain-HTTP server, parsed once, here, by
+// http1.ParseURL. what names the server, for the error that refuses https.
 type httpURL struct {
-	val  string
+	url  http1.URL // zero: none given
 	what string
 	unix bool // unix:///PATH is taken too: HTTP over a unix socket
 }
 
-func (u *httpURL) String() string { return u.val }
+// newHTTPURL is an httpURL flag's value, def its default ("" for none).
+func newHTTPURL(def, what string, unix bool) *httpURL {
+	u := &httpURL{what: what, unix: unix}
+	if def != "" {
+		if err := u.Set(def); err != nil {
+			panic(err) // a default of ours that we refuse
+		}
+	}
+	return u
+}
+
+func (u *httpURL) String() string { return u.url.Raw }
 
 func (u *httpURL) Set(v string) error {
 	p, err := http1.ParseURL(v)
@@ -431,7 +446,7 @@ func (u *httpURL) Set(v string) error {
 	if p.Network == "unix" && !u.unix {
 		return errors.New("want http://HOST:PORT")
 	}
-	u.val = v
+	u.url = p
 	return nil
 }
 

@@ -363,11 +363,8 @@ func FuzzAddressAndCodeFlags(f *testing.F) {
 			}
 		}
 		u := httpURL{}
-		if u.Set(rawURL) == nil {
-			admin, err := envoy.NewAdmin(rawURL)
-			if err != nil || admin.Port() == 0 {
-				t.Fatalf("admin URL %q accepted but unusable: %v", rawURL, err)
-			}
+		if u.Set(rawURL) == nil && envoy.NewAdmin(u.url).Port() == 0 {
+			t.Fatalf("admin URL %q accepted but unusable", rawURL)
 		}
 	})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -93,14 +92,4 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
-}
-
-// portOf is the port of a listen address such as :15022.
-func portOf(addr string) (uint16, bool) {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(p, 10, 16)
-	return uint16(n), err == nil
 }

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/logbuf"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/memtrim"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/supervise"
 )
 
@@ -99,8 +97,8 @@ type superviseOptions struct {
 func superviseFlags() (*flags, *superviseOptions) {
 	f := newFlags("supervise", "supervise [flags] -- COMMAND [ARG...]",
 		"Runs COMMAND (envoy, or pilot-agent proxy sidecar) as a child in its own process group and owns its lifecycle.")
-	o := &superviseOptions{healthAddr: listenAddr(":15022"), proxyUID: optionalUID(-1)}
-	o.adminURL = &httpURL{val: "http://127.0.0.1:15000", what: "Envoy's admin API in the pod", unix: true}
+	o := &superviseOptions{healthAddr: listenAddr{":15022", 15022}, proxyUID: optionalUID(-1)}
+	o.adminURL = newHTTPURL("http://127.0.0.1:15000", "Envoy's admin API in the pod", true)
 	f.fs.Var(o.adminURL, "admin-url", "`URL` of Envoy's admin API, http://HOST:PORT, or unix:///PATH for one on a unix socket (admin.address.pipe), which other containers cannot reach: readiness, drain, stop and connection counts come from it")
 	f.fs.Var(&o.healthAddr, "health-addr", "`HOST:PORT` of the TCP health server (/healthz/ready, /healthz/live, /metrics); empty disables it")
 	o.controlDir = controlDirFlag(f, "the shared emptyDir `DIR`: sock/control.sock and the completion records in peers/")
@@ -124,7 +122,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.inbound = f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	o.hcFail = f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
 	o.envoyDeath = f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
-	o.extraReady = &httpURL{what: readinessEndpoint}
+	o.extraReady = newHTTPURL("", readinessEndpoint, false)
 	f.fs.Var(o.extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
 	o.hungAfter = f.fs.Duration("hung-after", 30*time.Second, "/healthz/live fails once a proxy that was ready has not answered its admin API for this long (a hung Envoy); 0 keeps it live")
 	o.termLog = f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
@@ -141,19 +139,8 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 	if len(cmdline) == 0 {
 		return supervise.Config{}, usagef("no COMMAND given: supervise [flags] -- COMMAND [ARG...]")
 	}
-	admin, err := envoy.NewAdmin(o.adminURL.val)
-	if err != nil {
-		return supervise.Config{}, usagef("--admin-url: %v", err)
-	}
-	healthPort, healthOn := portOf(string(o.healthAddr))
-	if healthOn && healthPort == admin.Port() {
-		return supervise.Config{}, usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", healthPort)
-	}
-	var extra *envoy.ReadyURL
-	if o.extraReady.val != "" {
-		if extra, err = envoy.NewReadyURL(o.extraReady.val); err != nil {
-			return supervise.Config{}, usagef("--extra-ready-url: %v", err)
-		}
+	if p := o.healthAddr.port; p != 0 && p == o.adminURL.url.Port() {
+		return supervise.Config{}, usagef("--health-addr: port %d is Envoy's admin port (--admin-url)", p)
 	}
 	count, names, err := peers.ParsePeers(*o.peerSpec)
 	if err != nil {
@@ -172,10 +159,10 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 	}
 	return supervise.Config{
 		Command:     cmdline,
-		Admin:       admin,
+		AdminURL:    o.adminURL.url,
 		StrictReady: *o.strict,
-		ExtraReady:  extra,
-		HealthAddr:  string(o.healthAddr),
+		ExtraReady:  o.extraReady.url,
+		HealthAddr:  o.healthAddr.addr,
 		ControlDir:  *o.controlDir,
 		AllowedUIDs: o.allowed,
 		Policy: peers.Policy{
@@ -193,7 +180,8 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 		DrainDelay:           *o.drainDelay,
 		DrainInboundOnly:     *o.inbound,
 		DrainHealthcheckFail: *o.hcFail,
-		Owner:                portwatch.Owner{AdminPort: admin.Port(), HealthPort: healthPort, ProxyUID: int(o.proxyUID), AppPorts: o.appPorts},
+		ProxyUID:             int(o.proxyUID),
+		AppPorts:             o.appPorts,
 		FailOnEnvoyDeath:     *o.envoyDeath,
 		HungAfter:            *o.hungAfter,
 		TerminationLog:       *o.termLog,

@@ -20,8 +20,9 @@ import (
 // serveTuned serves b after tune has changed the connections' bounds.
 func serveTuned(t *testing.T, b Backend, tune func(*http1.Config)) *Server {
 	t.Helper()
-	s, err := listen(t.TempDir(), b, nil, slog.New(slog.DiscardHandler), tune)
-	if err != nil {
+	s := New(t.TempDir(), b, nil, slog.New(slog.DiscardHandler))
+	s.tune = tune
+	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve()
@@ -271,7 +272,7 @@ func TestClose(t *testing.T) {
 
 // A server that never served still releases its socket.
 func TestCloseWithoutServe(t *testing.T) {
-	s, err := Listen(t.TempDir(), newBackend(), nil, slog.New(slog.DiscardHandler))
+	s, err := listenIn(t.TempDir(), newBackend(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestListenNeverChmodsThroughASymlink(t *testing.T) {
 	served := 0
 	deadline := time.Now().Add(3 * time.Second)
 	for i := 0; i < 5000 && time.Now().Before(deadline); i++ {
-		if s, err := Listen(dir, newBackend(), nil, log); err == nil {
+		if s, err := listenIn(dir, newBackend(), nil, log); err == nil {
 			served++
 			s.Close()
 		}
@@ -96,7 +96,7 @@ func TestSocketDirOfAnotherUIDIsRefused(t *testing.T) {
 	if err := os.Chown(sd, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Listen(dir, newBackend(), nil, slog.New(slog.DiscardHandler))
+	_, err := listenIn(dir, newBackend(), nil, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "owned by uid 1000") {
 		t.Fatalf("Listen in a directory of uid 1000: %v", err)
 	}

@@ -61,7 +61,7 @@ func TestCloseWaitsForDrainCallers(t *testing.T) {
 	b := newBackend()
 	close(b.drained)
 	logs := make(logLines, 16)
-	s, err := Listen(dir, b, nil, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	s, err := listenIn(dir, b, nil, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestCloseWaitsForDrainCallersWithinItsBound(t *testing.T) {
 	b := newBackend()
 	close(b.drained)
 	logs := make(logLines, 16)
-	s, err := Listen(dir, b, nil, slog.New(slog.NewTextHandler(logs, nil)))
+	s, err := listenIn(dir, b, nil, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

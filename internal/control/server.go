@@ -99,17 +99,20 @@ type Completion struct {
 	StoppedAt  time.Time
 }
 
-// Server serves the control socket.
+// Server serves the control socket. New builds it; Listen binds it.
 type Server struct {
-	srv   *http1.Server
-	hooks *hooks
+	srv     *http1.Server
+	handler *handler
+	hooks   *hooks
 	// hookExit bounds the wait for the drain's callers in Close.
 	hookExit time.Duration
+	cdir     string // the control directory
 	path     string
 	dir      int    // the socket's directory, open until Close
 	ino      uint64 // the socket file we bound, the only one Close removes
 	once     sync.Once
 	log      *slog.Logger
+	tune     func(*http1.Config) // changes the connections' bounds (tests)
 
 	markMu   sync.Mutex
 	markable bool // no --allowed-uids: every uid may hear readiness
@@ -117,38 +120,48 @@ type Server struct {
 	closed   bool // the socket file is gone, or going
 }
 
-// Listen creates the socket in the control directory dir, replacing a stale
-// one left by an earlier run. allowed, when not empty, is the list of uids
-// that may connect.
-func Listen(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server, error) {
-	return listen(dir, b, allowed, log, nil)
+// New returns the server of the socket in the control directory dir,
+// unbound: it touches nothing until Listen. allowed, when not empty, is
+// the list of uids that may connect.
+func New(dir string, b Backend, allowed []uint32, log *slog.Logger) *Server {
+	h := &handler{b: b, allowed: allowed, log: log, hooks: &hooks{}}
+	return &Server{
+		handler:  h,
+		hooks:    h.hooks,
+		hookExit: hookExit,
+		log:      log,
+		markable: len(allowed) == 0,
+		cdir:     dir,
+		path:     SocketPath(dir),
+		dir:      -1,
+	}
 }
 
-// listen is Listen, with tune changing the connections' bounds (tests).
-func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func(*http1.Config)) (*Server, error) {
+// Listen creates the socket in the control directory, replacing a stale
+// one left by an earlier run. Serve and Close follow it.
+func (s *Server) Listen() error {
+	dir := s.cdir
 	if err := CheckSocketPath(dir); err != nil {
-		return nil, err
+		return err
 	}
-	path := SocketPath(dir)
 	cfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: open control dir %s: %w", dir, err)
+		return fmt.Errorf("control socket: open control dir %s: %w", dir, err)
 	}
 	defer unix.Close(cfd)
-	stick(cfd, dir, log)
+	stick(cfd, dir, s.log)
 	sd, err := openSocketDir(cfd, filepath.Join(dir, SocketDir))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ln, ino, err := bindIn(sd, path)
+	ln, ino, err := bindIn(sd, s.path)
 	if err != nil {
 		unix.Close(sd)
-		return nil, err
+		return err
 	}
-	h := &handler{b: b, allowed: allowed, log: log, hooks: &hooks{}}
 	cfg := http1.Config{
 		Name:    "control socket",
-		Handler: h.serve,
+		Handler: s.handler.serve,
 		Refuse: func(code int, why string, body []byte) http1.Answer {
 			if code == 431 {
 				why = fmt.Sprintf("request head larger than %d bytes", maxHeader)
@@ -163,23 +176,15 @@ func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func
 		IdleTimeout:  idleTimeout,
 		WriteTimeout: writeSlack,
 		Grace:        closeGrace,
-		Log:          log,
+		Log:          s.log,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, and every request is bounded in time.
 	}
-	if tune != nil {
-		tune(&cfg)
+	if s.tune != nil {
+		s.tune(&cfg)
 	}
-	return &Server{
-		srv:      http1.NewServer(ln, cfg),
-		hooks:    h.hooks,
-		hookExit: hookExit,
-		log:      log,
-		markable: len(allowed) == 0,
-		path:     path,
-		dir:      sd,
-		ino:      ino,
-	}, nil
+	s.srv, s.dir, s.ino = http1.NewServer(ln, cfg), sd, ino
+	return nil
 }
 
 // stick sets the sticky bit on a control dir that other uids can write in,
@@ -363,6 +368,9 @@ func (s *Server) Serve() error { return s.srv.Serve() }
 // is cut. Connections between requests are closed at once. Last, it waits
 // up to hookExit for every process that asked for a drain to exit.
 func (s *Server) Close() error {
+	if s.srv == nil { // never bound
+		return nil
+	}
 	err := s.srv.Close()
 	s.unlink()
 	s.hooks.wait(s.hookExit, s.log)

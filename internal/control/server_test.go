@@ -87,7 +87,7 @@ func serve(t *testing.T, b Backend, allowed []uint32) (*Server, *Client) {
 // serveIn serves b with dir as the control dir.
 func serveIn(t *testing.T, dir string, b Backend, allowed []uint32) (*Server, *Client) {
 	t.Helper()
-	s, err := Listen(dir, b, allowed, slog.New(slog.DiscardHandler))
+	s, err := listenIn(dir, b, allowed, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +122,14 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	s, err := Listen(dir, newBackend(), nil, slog.New(slog.DiscardHandler))
+	s, err := listenIn(dir, newBackend(), nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
 	defer s.Close()
 	// A live one is not stolen.
 	go s.Serve()
-	if _, err := Listen(dir, newBackend(), nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another supervisor") {
+	if _, err := listenIn(dir, newBackend(), nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "another supervisor") {
 		t.Fatalf("second Listen on a live socket: %v", err)
 	}
 }
@@ -143,7 +143,7 @@ func TestNotASocketIsKept(t *testing.T) {
 	if err := os.WriteFile(path, []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Listen(dir, newBackend(), nil, slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := listenIn(dir, newBackend(), nil, slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("Listen replaced a regular file")
 	}
 }
@@ -337,4 +337,13 @@ func FuzzRequest(f *testing.F) {
 			t.Fatalf("server error %d for %q", a.code, req)
 		}
 	})
+}
+
+// listenIn builds the server of the socket in dir and binds it.
+func listenIn(dir string, b Backend, allowed []uint32, log *slog.Logger) (*Server, error) {
+	s := New(dir, b, allowed, log)
+	if err := s.Listen(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

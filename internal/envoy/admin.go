@@ -32,8 +32,7 @@ import (
 // context and by Timeout: Envoy binds the admin port before its event loop
 // runs, so a connection can succeed and then hang.
 type Admin struct {
-	network string // tcp, or unix for admin.address.pipe
-	addr    string // HOST:PORT, or the socket's path
+	url     http1.URL // tcp, or unix for admin.address.pipe
 	client  *http1.Client
 	Timeout time.Duration
 }
@@ -44,34 +43,22 @@ type Admin struct {
 // connections, and no answer is better than a wrong one.
 const maxBody = 4 << 20
 
-// NewAdmin returns a client for the admin API at rawURL, such as
+// NewAdmin returns a client for the admin API at u, such as
 // http://127.0.0.1:15000 (port 80 when none is given), or unix:///PATH for
 // an admin API on a unix socket (admin.address.pipe), which no other
 // container of the pod can reach unless it mounts the socket's directory.
 // Its path, if any, is not used.
-func NewAdmin(rawURL string) (*Admin, error) {
-	u, err := http1.ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("admin URL: %w", err)
-	}
+func NewAdmin(u http1.URL) *Admin {
 	return &Admin{
-		network: u.Network,
-		addr:    u.Addr,
+		url:     u,
 		client:  &http1.Client{Dial: u.Dial(time.Second), Host: u.Host, MaxBody: maxBody},
 		Timeout: 2 * time.Second,
-	}, nil
+	}
 }
 
 // Port is the admin API's TCP port, whose listener is the proxy's, not the
 // app's; 0 when it is on a unix socket.
-func (a *Admin) Port() uint16 {
-	if a.network != "tcp" {
-		return 0
-	}
-	_, port, _ := net.SplitHostPort(a.addr)
-	p, _ := strconv.ParseUint(port, 10, 16)
-	return uint16(p)
-}
+func (a *Admin) Port() uint16 { return a.url.Port() }
 
 // Refused reports whether err means nothing listens on the admin port, which
 // is different from an admin API that does not answer: a refusing Envoy is not
@@ -114,14 +101,14 @@ func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) 
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
 // BenchmarkBoundRefused). Other hosts take the ordinary dialer.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
-	if a.network == "unix" {
-		return connectsUnix(a.addr)
+	if a.url.Network == "unix" {
+		return connectsUnix(a.url.Addr)
 	}
-	if ap, err := netip.ParseAddrPort(a.addr); err == nil && ap.Addr().IsLoopback() {
+	if ap, err := netip.ParseAddrPort(a.url.Addr); err == nil && ap.Addr().IsLoopback() {
 		return connects(ctx, ap)
 	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", a.addr)
+	c, err := d.DialContext(ctx, "tcp", a.url.Addr)
 	if err != nil {
 		if Refused(err) {
 			return false, nil

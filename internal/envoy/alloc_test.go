@@ -20,7 +20,7 @@ func refusedAdmin(b *testing.B) *Admin {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	a, err := NewAdmin("http://" + addr)
+	a, err := adminFor("http://" + addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func BenchmarkBoundRefused(b *testing.B) {
 func BenchmarkLivePoll(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("LIVE\n")) }))
 	defer srv.Close()
-	a, err := NewAdmin(srv.URL)
+	a, err := adminFor(srv.URL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func BenchmarkTrackerPollStarting(b *testing.B) {
 		w.Write([]byte("PRE_INITIALIZING\n"))
 	}))
 	defer srv.Close()
-	a, err := NewAdmin(srv.URL)
+	a, err := adminFor(srv.URL)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestBoundWithAFullBacklogIsBounded(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	a, err := NewAdmin("http://" + addr.String())
+	a, err := adminFor("http://" + addr.String())
 	if err != nil {
 		t.Fatal(err)
 	}

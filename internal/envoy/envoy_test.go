@@ -25,7 +25,7 @@ func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	a, err := NewAdmin("http://" + e.AdminAddr())
+	a, err := adminFor("http://" + e.AdminAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := NewAdmin("http://" + ln.Addr().String())
+	a, _ := adminFor("http://" + ln.Addr().String())
 	if ok, err := a.Bound(context.Background()); !ok || err != nil {
 		t.Fatalf("listening port: %v %v", ok, err)
 	}
@@ -341,7 +341,7 @@ func TestTrackerAlsoAsksTheReadyURL(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	u, err := NewReadyURL(srv.URL + "/healthz/ready")
+	u, err := readyFor(srv.URL + "/healthz/ready")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func adminOf(t *testing.T, h http.HandlerFunc) (*Admin, *httptest.Server, *atomic.Int32) {
 	t.Helper()
 	srv, conns := countingServer(t, h)
-	a, err := NewAdmin(srv.URL)
+	a, err := adminFor(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestTrackerKeepsItsConnections(t *testing.T) {
 		w.Write([]byte("PRE_INITIALIZING\n"))
 	})
 	urlSrv, urlConns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	u, err := NewReadyURL(urlSrv.URL + "/healthz/ready")
+	u, err := readyFor(urlSrv.URL + "/healthz/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestReadyURLDoesNotFollowRedirects(t *testing.T) {
 		http.Redirect(w, r, "/ok", http.StatusFound)
 	}))
 	defer srv.Close()
-	u, err := NewReadyURL(srv.URL + "/healthz/ready")
+	u, err := readyFor(srv.URL + "/healthz/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestReadyURLReasonIsBounded(t *testing.T) {
 		http.Error(w, "not\nready "+strings.Repeat("x", 1000), http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	u, err := NewReadyURL(srv.URL)
+	u, err := readyFor(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,14 +263,32 @@ func TestReadyURLReasonIsBounded(t *testing.T) {
 // Only plain HTTP is spoken: an https URL is refused when the checker is
 // made, and said to be.
 func TestURLsMustBeHTTP(t *testing.T) {
-	if _, err := NewReadyURL("https://127.0.0.1:15020/healthz/ready"); !errors.Is(err, http1.ErrHTTPS) {
+	if _, err := readyFor("https://127.0.0.1:15020/healthz/ready"); !errors.Is(err, http1.ErrHTTPS) {
 		t.Errorf("readiness URL https: %v", err)
 	}
-	if _, err := NewAdmin("https://127.0.0.1:15000"); !errors.Is(err, http1.ErrHTTPS) {
+	if _, err := adminFor("https://127.0.0.1:15000"); !errors.Is(err, http1.ErrHTTPS) {
 		t.Errorf("admin URL https: %v", err)
 	}
-	a, err := NewAdmin("http://[::1]")
-	if err != nil || a.Port() != 80 || a.addr != "[::1]:80" {
+	a, err := adminFor("http://[::1]")
+	if err != nil || a.Port() != 80 || a.url.Addr != "[::1]:80" {
 		t.Errorf("admin URL without a port: %v", err)
 	}
+}
+
+// adminFor is NewAdmin of a URL as the flags take it.
+func adminFor(raw string) (*Admin, error) {
+	u, err := http1.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return NewAdmin(u), nil
+}
+
+// readyFor is NewReadyURL of a URL as the flags take it.
+func readyFor(raw string) (*ReadyURL, error) {
+	u, err := http1.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return NewReadyURL(u), nil
 }

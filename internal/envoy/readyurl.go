@@ -30,18 +30,14 @@ const maxReadyBody = 64 << 10
 // checkTimeout bounds one check, whatever its context.
 const checkTimeout = 2 * time.Second
 
-// NewReadyURL returns a checker of rawURL, an http:// URL: the endpoint is
+// NewReadyURL returns a checker of u, an http:// URL: the endpoint is
 // local, and plain HTTP.
-func NewReadyURL(rawURL string) (*ReadyURL, error) {
-	u, err := http1.ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("readiness URL: %w", err)
-	}
-	return &ReadyURL{url: rawURL, target: u.Target, client: &http1.Client{
+func NewReadyURL(u http1.URL) *ReadyURL {
+	return &ReadyURL{url: u.Raw, target: u.Target, client: &http1.Client{
 		Dial:    u.Dial(time.Second),
 		Host:    u.Host,
 		MaxBody: maxReadyBody,
-	}}, nil
+	}}
 }
 
 // Check asks the URL, bounded by ctx, and returns "" when it answered 200,

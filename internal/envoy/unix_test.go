@@ -16,7 +16,7 @@ import (
 func TestAdminOverUnixSocket(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(proctest.ShortDir(t), "admin.sock")
-	a, err := NewAdmin("unix://" + path)
+	a, err := adminFor("unix://" + path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestHealthServer(t *testing.T) {
 	ready, why, live := false, "PRE_INITIALIZING", true
 	reg := metrics.NewRegistry()
 	reg.Gauge("proxy_supervisor_proxy_ready", "x").Set(1)
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return ready, why }, func() (bool, string) { return live, "hung" }, reg, discard)
+	s, err := listenOn("127.0.0.1:0", func() (bool, string) { return ready, why }, func() (bool, string) { return live, "hung" }, reg, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func closed(s *Server) int {
 // newer ones arrive, and the last perSource at the header timeout. They pin
 // no more than perSource goroutines.
 func TestSlowClientsDoNotPileUp(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
+	s, err := listenOn("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestSlowClientsDoNotPileUp(t *testing.T) {
 // a probe out: at the cap, a new connection evicts the oldest of the source
 // holding the most, so the probe is answered within the kubelet's 3 s.
 func TestProbesGetThroughAKeepAliveFlood(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
+	s, err := listenOn("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}

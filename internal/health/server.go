@@ -59,23 +59,31 @@ type Check func() (ok bool, why string)
 // good.
 type Server struct {
 	srv         *http1.Server
-	addr        net.Addr
+	listen      string   // the address to bind
+	addr        net.Addr // the address bound
+	log         *slog.Logger
 	ready, live Check
 	reg         *metrics.Registry
 }
 
-// Listen binds addr (such as :15022) and returns a server ready to Serve.
-// ready says whether the pod may be sent traffic, live whether the
-// container is fit to keep running; a nil live always says so.
-func Listen(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("health server: %w", err)
-	}
+// New returns the health server for addr (such as :15022), unbound: it
+// touches nothing until Listen. ready says whether the pod may be sent
+// traffic, live whether the container is fit to keep running; a nil live
+// always says so.
+func New(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger) *Server {
 	if live == nil {
 		live = func() (bool, string) { return true, "" }
 	}
-	s := &Server{addr: ln.Addr(), ready: ready, live: live, reg: reg}
+	return &Server{listen: addr, ready: ready, live: live, reg: reg, log: log}
+}
+
+// Listen binds the server's address; Serve and Close follow it.
+func (s *Server) Listen() error {
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("health server: %w", err)
+	}
+	s.addr = ln.Addr()
 	s.srv = http1.NewServer(newFairListener(ln, maxConns, perSource), http1.Config{
 		Name:         "health server",
 		Handler:      s.answer,
@@ -85,9 +93,9 @@ func Listen(addr string, ready, live Check, reg *metrics.Registry, log *slog.Log
 		IdleTimeout:  idleTimeout,
 		WriteTimeout: writeTimeout,
 		Grace:        closeGrace,
-		Log:          log,
+		Log:          s.log,
 	})
-	return s, nil
+	return nil
 }
 
 // Addr is the bound address.
@@ -97,7 +105,12 @@ func (s *Server) Addr() net.Addr { return s.addr }
 func (s *Server) Serve() error { return s.srv.Serve() }
 
 // Close stops the server and its connections.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	if s.srv == nil { // never bound
+		return nil
+	}
+	return s.srv.Close()
+}
 
 // answer routes one request, building its body in body.
 func (s *Server) answer(_ context.Context, r *http1.Request, body []byte) http1.Answer {

@@ -21,7 +21,7 @@ var discard = slog.New(slog.DiscardHandler)
 // ends, and returns its address.
 func serveReady(t *testing.T) string {
 	t.Helper()
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
+	s, err := listenOn("127.0.0.1:0", func() (bool, string) { return true, "" }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestProbesAnsweredUnderSlowHeaderFlood(t *testing.T) {
 // A check that panics costs its probe the connection, not the process
 // (PID 1 of the proxy's container) its life: the next probe is answered.
 func TestAPanickingCheckLeavesTheServerUp(t *testing.T) {
-	s, err := Listen("127.0.0.1:0", func() (bool, string) { panic("a bug in a check") }, nil, metrics.NewRegistry(), discard)
+	s, err := listenOn("127.0.0.1:0", func() (bool, string) { panic("a bug in a check") }, nil, metrics.NewRegistry(), discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,4 +124,13 @@ func TestCapClosesTheQuietest(t *testing.T) {
 	if _, err := probe.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the connection whose request waits was closed: %v", err)
 	}
+}
+
+// listenOn builds the server for addr and binds it.
+func listenOn(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger) (*Server, error) {
+	s := New(addr, ready, live, reg, log)
+	if err := s.Listen(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

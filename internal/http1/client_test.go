@@ -254,12 +254,13 @@ func TestDialErrorsKeepTheirCause(t *testing.T) {
 
 func TestParseURL(t *testing.T) {
 	for raw, want := range map[string]URL{
-		"http://127.0.0.1:15020/healthz/ready":  {"tcp", "127.0.0.1:15020", "127.0.0.1:15020", "/healthz/ready"},
-		"http://localhost":                      {"tcp", "localhost:80", "localhost", "/"},
-		"http://[::1]:15000/stats?filter=x%20y": {"tcp", "[::1]:15000", "[::1]:15000", "/stats?filter=x%20y"},
-		"unix:///var/run/envoy/admin.sock":      {"unix", "/var/run/envoy/admin.sock", "localhost", "/"},
+		"http://127.0.0.1:15020/healthz/ready":  {"tcp", "127.0.0.1:15020", "127.0.0.1:15020", "/healthz/ready", ""},
+		"http://localhost":                      {"tcp", "localhost:80", "localhost", "/", ""},
+		"http://[::1]:15000/stats?filter=x%20y": {"tcp", "[::1]:15000", "[::1]:15000", "/stats?filter=x%20y", ""},
+		"unix:///var/run/envoy/admin.sock":      {"unix", "/var/run/envoy/admin.sock", "localhost", "/", ""},
 	} {
 		got, err := ParseURL(raw)
+		want.Raw = raw
 		if err != nil || got != want {
 			t.Errorf("ParseURL(%q) = %+v, %v; want %+v", raw, got, err, want)
 		}

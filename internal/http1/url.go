@@ -14,9 +14,21 @@ import (
 )
 
 // URL is a URL taken apart for a Client: the network and address to dial,
-// the Host header, and the request target (path and query).
+// the Host header, and the request target (path and query); Raw is the URL
+// as given, for messages.
 type URL struct {
 	Network, Addr, Host, Target string
+	Raw                         string
+}
+
+// Port is the URL's TCP port; 0 for a unix socket.
+func (u URL) Port() uint16 {
+	if u.Network != "tcp" {
+		return 0
+	}
+	_, port, _ := net.SplitHostPort(u.Addr)
+	p, _ := strconv.ParseUint(port, 10, 16)
+	return uint16(p)
 }
 
 // ErrHTTPS is an https:// URL: the binary carries no TLS, since every
@@ -53,7 +65,7 @@ func ParseURL(raw string) (URL, error) {
 		if max := len(unix.RawSockaddrUnix{}.Path) - 1; len(rest) > max {
 			return URL{}, fmt.Errorf("unix socket path of %d bytes: longer than a unix socket address takes (%d bytes)", len(rest), max)
 		}
-		return URL{Network: "unix", Addr: rest, Host: "localhost", Target: "/"}, nil
+		return URL{Network: "unix", Addr: rest, Host: "localhost", Target: "/", Raw: raw}, nil
 	case !strings.EqualFold(scheme, "http"):
 		return URL{}, ErrScheme
 	}
@@ -96,7 +108,7 @@ func ParseURL(raw string) (URL, error) {
 	if port == "" {
 		port = "80"
 	}
-	return URL{Network: "tcp", Addr: net.JoinHostPort(host, port), Host: authority, Target: target}, nil
+	return URL{Network: "tcp", Addr: net.JoinHostPort(host, port), Host: authority, Target: target, Raw: raw}, nil
 }
 
 // CheckHost accepts an IP address or a DNS name.

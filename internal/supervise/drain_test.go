@@ -84,7 +84,6 @@ func TestDrain(t *testing.T) {
 			h := startSupervisor(t, func(h *harness, c *Config) {
 				healthPort = proctest.FreePort(t)
 				c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
-				c.Owner.HealthPort = healthPort
 				if tt.mod != nil {
 					tt.mod(c)
 				}

@@ -18,9 +18,8 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
-	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
 
 // The tests run a real Supervisor in this process. New makes the test
@@ -98,7 +97,7 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 	h := &harness{t: t, dir: proctest.ShortDir(t), adminPort: proctest.FreePort(t), appPort: proctest.FreePort(t), logs: &proctest.Buffer{}}
 	h.envoyLog = filepath.Join(proctest.ShortDir(t), "envoy.log")
 	h.client = control.NewClient(h.dir)
-	admin, err := envoy.NewAdmin(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
+	admin, err := http1.ParseURL(fmt.Sprintf("http://127.0.0.1:%d", h.adminPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +108,7 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 		"--admin-addr", fmt.Sprintf("127.0.0.1:%d", h.adminPort), "--log-level", "info"}, envoyArgs...)
 	h.cfg = Config{
 		Command:      cmd,
-		Admin:        admin,
+		AdminURL:     admin,
 		ControlDir:   h.dir,
 		Policy:       peers.Policy{Count: 1},
 		QuitGrace:    time.Second,
@@ -117,7 +116,8 @@ func setup(t *testing.T, mod func(h *harness, c *Config), envoyArgs ...string) *
 		DrainTimeout: 2 * time.Second,
 		// The host's own listeners must not hold a drain: only appPort is
 		// the app's.
-		Owner: portwatch.Owner{ProxyUID: -1, AdminPort: h.adminPort, AppPorts: []uint16{h.appPort}},
+		ProxyUID: -1,
+		AppPorts: []uint16{h.appPort},
 		// Polls that would take a second in production take a tenth here,
 		// and the drain's quiet period a third.
 		Intervals: Intervals{TrackerReady: 100 * time.Millisecond, Rescan: 100 * time.Millisecond, DrainProgress: 100 * time.Millisecond, DrainQuiet: 100 * time.Millisecond},
@@ -155,8 +155,7 @@ func startSupervisor(t *testing.T, mod func(h *harness, c *Config), envoyArgs ..
 // cleanup makes sure no Supervisor (and so no reaper) outlives its test, and
 // shows the logs of a failed one.
 func (h *harness) cleanup() {
-	if h.done == nil { // never run: close what New opened
-		h.s.book.Close()
+	if h.done == nil { // never run: give back what New took
 		h.s.reaper.Stop()
 	}
 	if h.done != nil {

@@ -80,7 +80,7 @@ func (s *Supervisor) appAlive() (bool, string) {
 		s.log.Warn("cannot list the app's ports; taking the app for gone", "err", err)
 		return false, ""
 	}
-	if ports := portwatch.Ports(s.cfg.Owner.AppSockets(socks, s.learnedPorts())); len(ports) > 0 {
+	if ports := portwatch.Ports(s.owner.AppSockets(socks, s.learnedPorts())); len(ports) > 0 {
 		return true, fmt.Sprint("the app listens on ", ports)
 	}
 	return false, ""

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
@@ -23,15 +23,15 @@ func TestWaitReadyWaitsForTheLifecycle(t *testing.T) {
 		io.WriteString(w, "LIVE\n")
 	}))
 	t.Cleanup(srv.Close)
-	admin, err := envoy.NewAdmin(srv.URL)
+	admin, err := http1.ParseURL(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Command: []string{"true"}, Admin: admin, ControlDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Config{Command: []string{"true"}, AdminURL: admin, ControlDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.book.Close(); s.reaper.Stop() }) // never run: close what New opened
+	t.Cleanup(s.reaper.Stop) // never run: give back what New took
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.tracker.Run(ctx); close(done) }() // the tracker alone: no readiness actor

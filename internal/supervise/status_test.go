@@ -19,7 +19,6 @@ func TestStatusThroughTheLifecycle(t *testing.T) {
 		c.Policy = peers.Policy{Names: []string{"job", "uploader"}}
 		healthPort = proctest.FreePort(t)
 		c.HealthAddr = fmt.Sprintf("127.0.0.1:%d", healthPort)
-		c.Owner.HealthPort = healthPort
 	}, "--init-delay", initDelay.String())
 	readyURL := fmt.Sprintf("http://127.0.0.1:%d/healthz/ready", healthPort)
 

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/health"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/proxy"
@@ -37,11 +40,11 @@ import (
 type Config struct {
 	Command []string // the proxy and its arguments
 
-	Admin       *envoy.Admin
-	StrictReady bool            // also require CDS, LDS and started workers
-	ExtraReady  *envoy.ReadyURL // also require its 200 (pilot-agent's readiness); nil: none
-	HealthAddr  string          // "" disables the health server
-	ControlDir  string
+	AdminURL    http1.URL // Envoy's admin API
+	StrictReady bool      // also require CDS, LDS and started workers
+	ExtraReady  http1.URL // also require its 200 (pilot-agent's readiness); zero: none
+	HealthAddr  string    // HOST:PORT of the health server; "" disables it
+	ControlDir  string    // the shared emptyDir: the control socket and peers/
 	AllowedUIDs []uint32
 
 	Policy peers.Policy // Policy.Native is --native-sidecar
@@ -54,7 +57,11 @@ type Config struct {
 	DrainDelay           time.Duration // from the drain's start to its close hints
 	DrainInboundOnly     bool
 	DrainHealthcheckFail bool
-	Owner                portwatch.Owner // tells the app's ports and connections from the proxy's
+	// ProxyUID owns the proxy's listening sockets (1337 under Istio); -1:
+	// none. With AppPorts, the admin port and the health port, it tells the
+	// app's ports and connections from the proxy's.
+	ProxyUID int
+	AppPorts []uint16 // the app's ports alone, when given
 
 	FailOnEnvoyDeath bool // exit 1 when the child exits 0 unasked (pilot-agent after Envoy's death)
 
@@ -97,6 +104,8 @@ type Intervals struct {
 // Supervisor runs one proxy. Use New, then Run once.
 type Supervisor struct {
 	cfg     Config
+	admin   *envoy.Admin
+	owner   portwatch.Owner
 	log     *slog.Logger
 	life    *lifecycle
 	tracker *envoy.Tracker
@@ -105,8 +114,10 @@ type Supervisor struct {
 	start   time.Time
 
 	reaper *reaper.Reaper
-	book   *completion.Book
-	proc   *proxy.Process // forked by Run
+	book   *completion.Book // opened by Run
+	proc   *proxy.Process   // forked by Run
+	sock   *control.Server  // bound by Run
+	health *health.Server   // bound by Run; nil: no health server
 
 	stopping chan struct{} // closed by the one move to Stopping
 
@@ -114,18 +125,18 @@ type Supervisor struct {
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
 }
 
-// New checks cfg and builds every part of the supervisor. Of the world
-// outside it touches only what the parts need before anything runs: it
-// creates the completion records' directory and watches it, so that no
-// record written from now on goes unseen, and it subscribes to SIGCHLD and
-// becomes the reaper of the proxy's orphans. It forks nothing and binds
-// nothing: that is Run's. Run must follow, once, for what New opened to be
-// closed.
+// New checks cfg and builds every part of the supervisor: the clients of
+// Envoy's admin API and of the extra readiness URL, the control socket's
+// and the health port's servers, the proxy. It touches neither the
+// filesystem nor the network: Run opens the completion records and binds
+// the sockets (open). Of the world outside it takes only SIGCHLD: it
+// becomes the reaper of the proxy's orphans. Run must follow, once, for
+// that to be given back.
 func New(cfg Config) (*Supervisor, error) {
 	if len(cfg.Command) == 0 {
 		return nil, errors.New("no proxy command given")
 	}
-	if cfg.Admin == nil {
+	if cfg.AdminURL.Network == "" {
 		return nil, errors.New("no admin API given")
 	}
 	if cfg.DeletionWindow <= 0 {
@@ -136,18 +147,20 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s := &Supervisor{
 		cfg:      cfg,
+		admin:    envoy.NewAdmin(cfg.AdminURL),
 		log:      cfg.Log,
 		scanner:  portwatch.NewScanner(cfg.Log),
 		start:    time.Now(),
 		stopping: make(chan struct{}),
 	}
+	s.owner = portwatch.Owner{AdminPort: s.admin.Port(), HealthPort: portOf(cfg.HealthAddr), ProxyUID: cfg.ProxyUID, AppPorts: cfg.AppPorts}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
 	var also func(context.Context) string
-	if cfg.ExtraReady != nil {
-		also = cfg.ExtraReady.Check
+	if cfg.ExtraReady.Network != "" {
+		also = envoy.NewReadyURL(cfg.ExtraReady).Check
 	}
-	s.tracker = envoy.NewTracker(cfg.Admin, envoy.TrackerConfig{
+	s.tracker = envoy.NewTracker(s.admin, envoy.TrackerConfig{
 		Strict:     cfg.StrictReady,
 		Also:       also,
 		StartEvery: cfg.Intervals.TrackerStart,
@@ -155,25 +168,17 @@ func New(cfg Config) (*Supervisor, error) {
 		Silence:    cfg.HungAfter, // liveness waits that long for an answer
 		Keep:       true,          // every change, for followReadiness
 	})
-	var err error
-	s.book, err = completion.Open(completion.Config{
-		Records:     peers.Open(cfg.ControlDir),
-		Policy:      cfg.Policy,
-		AllowedUIDs: cfg.AllowedUIDs,
-		Rescan:      cfg.Intervals.Rescan,
-		Recorded:    s.m.recorded,
-		Log:         cfg.Log,
-	})
-	if err != nil {
-		return nil, err
+	s.sock = control.New(cfg.ControlDir, s, cfg.AllowedUIDs, s.log)
+	if cfg.HealthAddr != "" {
+		s.health = health.New(cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg, s.log)
 	}
+	var err error
 	if s.reaper, err = reaper.New(); err != nil {
-		s.book.Close()
 		return nil, err
 	}
 	s.proc = proxy.New(s.reaper, proxy.Config{
 		Command:     cfg.Command,
-		Quit:        func(ctx context.Context) error { return cfg.Admin.Post(ctx, "/quitquitquit") },
+		Quit:        func(ctx context.Context) error { return s.admin.Post(ctx, "/quitquitquit") },
 		QuitGrace:   cfg.QuitGrace,
 		StopTimeout: cfg.StopTimeout,
 		Escalated:   s.m.escalated,
@@ -182,10 +187,20 @@ func New(cfg Config) (*Supervisor, error) {
 	return s, nil
 }
 
+// portOf is the port of a listen address such as :15022; 0 for none.
+func portOf(addr string) uint16 {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(p, 10, 16)
+	return uint16(n)
+}
+
 // Run supervises until the proxy has exited and returns the exit code. It
-// reads the completion records first, and returns at once, without starting
-// the proxy, when they already settle the job. Its last act is the
-// lifecycle summary in the termination message file.
+// opens the completion records first, and returns at once, without
+// binding or starting anything more, when they already settle the job. Its
+// last act is the lifecycle summary in the termination message file.
 func (s *Supervisor) Run() (int, error) {
 	// Signals are subscribed before anything that takes time, and stay
 	// subscribed while the summary is written: a signal with no
@@ -205,11 +220,14 @@ func (s *Supervisor) Run() (int, error) {
 // run is the proxy's life in the pod: the records first, then the sockets,
 // the fork, and the actors until the proxy has exited.
 func (s *Supervisor) run(sigs *Signals) (int, error) {
-	// What New opened is closed on every way out: the book (the watching
-	// actor closes it too), and the SIGCHLD subscription of a reaper that
-	// never ran, when no proxy was forked. Twice is harmless for both.
-	defer s.book.Close()
+	// The SIGCHLD subscription of a reaper that never ran, when no proxy
+	// was forked, is given back on every way out; twice is harmless.
 	defer s.reaper.Stop()
+	if err := s.openRecords(); err != nil {
+		return 1, err
+	}
+	// The watching actor closes the book too; twice is harmless.
+	defer s.book.Close()
 	// A Job whose app finished before this container (re)started must end
 	// now, without a proxy.
 	if v := s.book.Load("start"); v.Done {
@@ -218,16 +236,15 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 		s.log.Info("completion records settle the job; not starting the proxy", "exit_code", code)
 		return code, nil
 	}
-	sock, hs, err := s.listen()
-	if err != nil {
+	if err := s.listen(); err != nil {
 		return 1, err
 	}
 	if code, stopped := s.stoppedEarly(sigs); stopped {
-		closeAll(sock, hs)
+		s.closeSockets()
 		return code, nil
 	}
 	if err := s.proc.Start(); err != nil {
-		closeAll(sock, hs)
+		s.closeSockets()
 		var se *proxy.StartError
 		errors.As(err, &se)
 		s.life.record(Event{Kind: StartFailed, Code: se.Code})
@@ -237,33 +254,47 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 	s.log.Info("proxy started", "pid", s.proc.Pid(), "command", s.cfg.Command)
 
 	stopReaper := s.reap()
-	err = s.serve(sigs, sock, hs)
+	err := s.serve(sigs, s.sock, s.health)
 	stopReaper()
 	code, _, _ := s.life.exitCode()
 	return code, err
 }
 
-// listen binds the control socket and the health server.
-func (s *Supervisor) listen() (*control.Server, *health.Server, error) {
-	sock, err := control.Listen(s.cfg.ControlDir, s, s.cfg.AllowedUIDs, s.log)
-	if err != nil {
-		return nil, nil, err
-	}
-	if s.cfg.HealthAddr == "" {
-		return sock, nil, nil
-	}
-	hs, err := health.Listen(s.cfg.HealthAddr, s.healthReady, s.healthLive, s.m.reg, s.log)
-	if err != nil {
-		sock.Close()
-		return nil, nil, err
-	}
-	return sock, hs, nil
+// openRecords creates the completion records' directory, if need be, and
+// watches it, so that no record written from then on goes unseen.
+func (s *Supervisor) openRecords() error {
+	var err error
+	s.book, err = completion.Open(completion.Config{
+		Records:     peers.Open(s.cfg.ControlDir),
+		Policy:      s.cfg.Policy,
+		AllowedUIDs: s.cfg.AllowedUIDs,
+		Rescan:      s.cfg.Intervals.Rescan,
+		Recorded:    s.m.recorded,
+		Log:         s.log,
+	})
+	return err
 }
 
-func closeAll(sock *control.Server, hs *health.Server) {
-	sock.Close()
-	if hs != nil {
-		hs.Close()
+// listen binds the control socket and the health server.
+func (s *Supervisor) listen() error {
+	if err := s.sock.Listen(); err != nil {
+		return err
+	}
+	if s.health == nil {
+		return nil
+	}
+	if err := s.health.Listen(); err != nil {
+		s.sock.Close()
+		return err
+	}
+	return nil
+}
+
+// closeSockets closes what listen bound, when the proxy never ran.
+func (s *Supervisor) closeSockets() {
+	s.sock.Close()
+	if s.health != nil {
+		s.health.Close()
 	}
 }
 
@@ -373,7 +404,7 @@ func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
-		bound, err := s.cfg.Admin.Bound(ctx)
+		bound, err := s.admin.Bound(ctx)
 		if err == nil && !bound {
 			s.life.noteEnvoyDown(time.Now())
 		}
@@ -525,7 +556,7 @@ func (s *Supervisor) learnAtReady(ctx context.Context) error {
 func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ports, err := s.cfg.Admin.ListenerPorts(pctx)
+	ports, err := s.admin.ListenerPorts(pctx)
 	switch {
 	case ctx.Err() != nil:
 		return // the group ended first: no drain will want them

@@ -163,9 +163,9 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		minimum = 0
 	}
 	return drain.Config{
-		Admin:           s.cfg.Admin,
+		Admin:           s.admin,
 		Watch:           func() drain.Watch { return s.scanner.Watch() },
-		Owner:           s.cfg.Owner,
+		Owner:           s.owner,
 		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
 		Delay:           s.cfg.DrainDelay,
@@ -211,7 +211,7 @@ func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 	if c := s.drainCall.Load(); c != nil {
 		return *c, true
 	}
-	info, err := s.cfg.Admin.ServerInfo(ctx)
+	info, err := s.admin.ServerInfo(ctx)
 	v := info.Version
 	if err != nil {
 		return drain.ChooseCall(v, false, s.cfg.DrainInboundOnly), false

@@ -1,7 +1,9 @@
-package main
+package app
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
@@ -52,27 +55,29 @@ func TestRefusedClientExitsAtOnce(t *testing.T) {
 	ran := filepath.Join(t.TempDir(), "ran")
 	tests := []struct {
 		name    string
-		args    []string
+		run     func(s Socket, stderr io.Writer) int
 		code    int
 		maxHits int64
 	}{
-		{"wait", []string{"wait", "--timeout", "30s"}, 1, 1},
+		{"wait", func(s Socket, stderr io.Writer) int { return Wait(s, 30*time.Second, stderr) }, 1, 1},
 		// exec asks once for readiness and once to report its not-ready
 		// end; it never runs the command.
-		{"exec", []string{"exec", "--timeout", "30s", "--", "/bin/touch", ran}, peers.NotReadyCode, 2},
-		{"complete", []string{"complete", "--exit-code", "3"}, 1, 1},
-		{"prestop", []string{"prestop", "--timeout", "30s"}, 1, 1},
-		{"status", []string{"status"}, 1, 1},
+		{"exec", func(s Socket, stderr io.Writer) int {
+			return Exec(Peer{s, "app"}, []string{"/bin/touch", ran}, 30*time.Second, Hooks{}, stderr)
+		}, peers.NotReadyCode, 2},
+		{"complete", func(s Socket, stderr io.Writer) int { return Complete(Peer{s, "app"}, 3, 30*time.Second, stderr) }, 1, 1},
+		{"prestop", func(s Socket, stderr io.Writer) int { return Prestop(s, 30*time.Second, io.Discard, stderr) }, 1, 1},
+		{"status", func(s Socket, stderr io.Writer) int { return Status(s, io.Discard, stderr) }, 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir, hits := refusingSupervisor(t)
-			args := append([]string{tt.args[0], "--control-dir", dir}, tt.args[1:]...)
+			var stderr bytes.Buffer
 			start := time.Now()
-			code, stderr := runFor(t, args, nil)
+			code := tt.run(Socket{Dir: dir}, &stderr)
 			took := time.Since(start)
-			if code != tt.code || !strings.Contains(stderr, "uid 0 is not in --allowed-uids") {
-				t.Fatalf("exit %d, want %d with the supervisor's error; stderr:\n%s", code, tt.code, stderr)
+			if code != tt.code || !strings.Contains(stderr.String(), "uid 0 is not in --allowed-uids") {
+				t.Fatalf("exit %d, want %d with the supervisor's error; stderr:\n%s", code, tt.code, stderr.String())
 			}
 			if took > 2*time.Second || hits.Load() > tt.maxHits {
 				t.Fatalf("took %v and %d requests; want at once, at most %d requests", took, hits.Load(), tt.maxHits)
@@ -97,12 +102,20 @@ func TestWaitURL(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	if code, stderr := runFor(t, []string{"wait", "--timeout", "10s", "--url", srv.URL + "/ready"}, nil); code != 0 || polls.Load() != 3 {
+	wait := func(url string, timeout time.Duration) (int, string) {
+		u, err := http1.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		return WaitURL(u, timeout, &stderr), stderr.String()
+	}
+	if code, stderr := wait(srv.URL+"/ready", 10*time.Second); code != 0 || polls.Load() != 3 {
 		t.Fatalf("exit %d after %d polls, want 0 after 3; stderr:\n%s", code, polls.Load(), stderr)
 	}
 	// Long enough for a busy machine's first answer; a try cut by the
 	// deadline after it does not replace it.
-	code, stderr := runFor(t, []string{"wait", "--timeout", "2s", "--url", srv.URL + "/moved"}, nil)
+	code, stderr := wait(srv.URL+"/moved", 2*time.Second)
 	if code != 1 || !strings.Contains(stderr, "answered 302") {
 		t.Fatalf("a redirect: exit %d, want 1 with the 302; stderr:\n%s", code, stderr)
 	}
@@ -130,8 +143,8 @@ func (b *slowSecondPoll) Status() any                                        { r
 func TestWaitGivesTheLastReasonWhenItsDeadlineCutsAPoll(t *testing.T) {
 	dir := t.TempDir()
 	b := &slowSecondPoll{}
-	s, err := control.Listen(dir, b, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
+	s := control.New(dir, b, nil, slog.New(slog.DiscardHandler))
+	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve()
