@@ -108,13 +108,17 @@ func waitURL(url http1.URL, timeout time.Duration) (bool, string) {
 	for ctx.Err() == nil {
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
 		got := r.Check(rctx)
+		// By the clock: the connection's deadline can fire before
+		// rctx's timer.
+		cut := !time.Now().Before(deadlineOf(rctx))
 		rcancel()
 		if got == "" {
 			return true, ""
 		}
-		// A try that the whole wait's deadline cut says less than the
-		// answer before it (a 503, a redirect, a refused port).
-		if ctx.Err() == nil || why == "no answer" {
+		// A try cut by a deadline, its own second or the whole wait's,
+		// says less than the answer before it (a 503, a redirect, a
+		// refused port): on a starved node the cut is the client's.
+		if !cut || why == "no answer" {
 			why = got
 		}
 		select {

@@ -121,6 +121,29 @@ func TestWaitURL(t *testing.T) {
 	}
 }
 
+// A try that its own second cuts (a starved client, a URL that stops
+// answering) does not replace the answer before it.
+func TestWaitURLKeepsTheAnswerOverALaterCut(t *testing.T) {
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if polls.Add(1) == 1 {
+			http.Error(w, "not ready: DNS", http.StatusServiceUnavailable)
+			return
+		}
+		<-r.Context().Done() // past the try's second: the client's cut
+	}))
+	defer srv.Close()
+	u, err := http1.ParseURL(srv.URL + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	// Long enough for a first answer and one whole cut try after it.
+	if code := WaitURL(u, 2500*time.Millisecond, &stderr); code != 1 || !strings.Contains(stderr.String(), "503") {
+		t.Fatalf("exit %d after %d tries, want 1 with the first try's 503; stderr:\n%s", code, polls.Load(), stderr.String())
+	}
+}
+
 // slowSecondPoll is a supervisor whose proxy never gets ready: it answers
 // the first long poll with Envoy's state at its end, and the next one only
 // after the client's own deadline.
