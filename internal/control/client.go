@@ -74,11 +74,11 @@ func (e *UntrustedError) Error() string {
 
 func dialTrusted(ctx context.Context, path string, trusted []uint32) (net.Conn, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := d.DialUnix(ctx, "unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
-	cred, err := peerCred(c.(*net.UnixConn))
+	cred, err := peerCred(c)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("control socket %s: the server's credentials: %w", path, err)

@@ -306,7 +306,8 @@ func removeStale(sd int, via, path string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("control socket %s: exists and is not a socket", path)
 	}
-	if c, err := net.DialTimeout("unix", via, 100*time.Millisecond); err == nil {
+	d := net.Dialer{Timeout: 100 * time.Millisecond}
+	if c, err := d.DialUnix(context.Background(), "unix", nil, &net.UnixAddr{Name: via, Net: "unix"}); err == nil {
 		c.Close()
 		return fmt.Errorf("control socket %s: another supervisor is serving it", path)
 	}

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -32,8 +31,8 @@ import (
 // context and by Timeout: Envoy binds the admin port before its event loop
 // runs, so a connection can succeed and then hang.
 type Admin struct {
-	network string // tcp, or unix for admin.address.pipe
-	addr    string // HOST:PORT, or the socket's path
+	path    string           // admin.address.pipe's, or empty
+	tcp     []netip.AddrPort // otherwise: one address, or localhost's two
 	client  *http1.Client
 	Timeout time.Duration
 }
@@ -54,23 +53,22 @@ func NewAdmin(rawURL string) (*Admin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin URL: %w", err)
 	}
-	return &Admin{
-		network: u.Network,
-		addr:    u.Addr,
-		client:  &http1.Client{Dial: u.Dial(time.Second), Host: u.Host, MaxBody: maxBody},
-		Timeout: 2 * time.Second,
-	}, nil
+	a := &Admin{client: &http1.Client{Dial: u.Dial(time.Second), Host: u.Host, MaxBody: maxBody}, Timeout: 2 * time.Second}
+	if u.Network == "unix" {
+		a.path = u.Addr
+	} else if a.tcp, err = http1.TCPAddrs(u.Addr); err != nil {
+		return nil, fmt.Errorf("admin URL: %w", err)
+	}
+	return a, nil
 }
 
 // Port is the admin API's TCP port, whose listener is the proxy's, not the
 // app's; 0 when it is on a unix socket.
 func (a *Admin) Port() uint16 {
-	if a.network != "tcp" {
+	if len(a.tcp) == 0 {
 		return 0
 	}
-	_, port, _ := net.SplitHostPort(a.addr)
-	p, _ := strconv.ParseUint(port, 10, 16)
-	return uint16(p)
+	return a.tcp[0].Port()
 }
 
 // Refused reports whether err means nothing listens on the admin port, which
@@ -112,16 +110,26 @@ func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) 
 // times a second, and an HTTP request that is refused leaves 2.4 kB of
 // garbage each time (net/http's 5.6 kB doubled the supervisor's idle RSS);
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
-// BenchmarkBoundRefused). Other hosts take the ordinary dialer.
+// BenchmarkBoundRefused). Other addresses take the ordinary dialer. Of
+// localhost's two addresses, either bound is bound.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
-	if a.network == "unix" {
-		return connectsUnix(a.addr)
+	if len(a.tcp) == 0 {
+		return connectsUnix(a.path)
 	}
-	if ap, err := netip.ParseAddrPort(a.addr); err == nil && ap.Addr().IsLoopback() {
+	for _, ap := range a.tcp {
+		bound, err := connectsTCP(ctx, ap)
+		if bound || err != nil {
+			return bound, err
+		}
+	}
+	return false, nil
+}
+
+func connectsTCP(ctx context.Context, ap netip.AddrPort) (bool, error) {
+	if ap.Addr().IsLoopback() {
 		return connects(ctx, ap)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", a.addr)
+	c, err := http1.DialTCP(ctx, 0, []netip.AddrPort{ap})
 	if err != nil {
 		if Refused(err) {
 			return false, nil

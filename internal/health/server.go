@@ -64,11 +64,12 @@ type Server struct {
 	reg         *metrics.Registry
 }
 
-// Listen binds addr (such as :15022) and returns a server ready to Serve.
+// Listen binds addr (such as :15022, an IP address's port or localhost's)
+// and returns a server ready to Serve.
 // ready says whether the pod may be sent traffic, live whether the
 // container is fit to keep running; a nil live always says so.
 func Listen(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := http1.ListenTCP(addr)
 	if err != nil {
 		return nil, fmt.Errorf("health server: %w", err)
 	}
