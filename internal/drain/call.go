@@ -40,12 +40,13 @@ func (c Call) String() string {
 
 // ChooseCall picks the drain call for Envoy release v (known false: its
 // version could not be read), draining only inbound listeners (a sidecar)
-// or every listener. What each flag does on which release is
-// fakeenvoy.EnvoyVersion's, each change cited there: skip_exit exists from
-// 1.28.0 (envoy#30003); a graceful drain tells only the inbound listeners'
-// connections from 1.34.0 (envoy#38430), every listener's before
-// (envoy#35020); from 1.40 a drain without graceful tells them too
-// (envoy#47042), which changes nothing for the calls below. A main-branch
+// or every listener. What each flag does on which release is from Envoy's
+// changelogs and the pull requests they name: skip_exit exists from 1.28.0
+// (changelogs/1.28.0.yaml, envoy#30003); a graceful drain tells only the
+// inbound listeners' connections from 1.34.0 (envoy#38430), every
+// listener's before (envoy#35020); from 1.40.0 a drain without graceful
+// tells them too (changelogs/1.40.0.yaml, envoy#47042), which changes
+// nothing for the calls below. A main-branch
 // X.Y.0-dev build is taken for one that has none of X.Y.0's changes
 // (Version.AtLeast): a 1.34.0-dev build may predate envoy#38430.
 func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
