@@ -157,13 +157,13 @@ func listen(dir string, b Backend, allowed []uint32, log *slog.Logger, tune func
 		},
 		ConnContext: withPeer,
 		// Long polls end when their client gives up.
-		Watch:        true,
-		MaxHead:      maxHeader,
-		HeadTimeout:  readTimeout,
-		IdleTimeout:  idleTimeout,
-		WriteTimeout: writeSlack,
-		Grace:        closeGrace,
-		Log:          log,
+		CancelOnHangup: true,
+		MaxHead:        maxHeader,
+		HeadTimeout:    readTimeout,
+		IdleTimeout:    idleTimeout,
+		WriteTimeout:   writeSlack,
+		Grace:          closeGrace,
+		Log:            log,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, and every request is bounded in time.
 	}
