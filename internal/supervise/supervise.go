@@ -317,7 +317,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 		{"tracker", s.tracker.Run},
 		{"readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) }},
 		{"learn", s.learnAtReady},
-		{"records", s.book.Watch},
+		{"records", s.book.KeepCurrent},
 		{"verdict", s.awaitVerdict},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
