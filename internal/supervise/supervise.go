@@ -339,7 +339,7 @@ func (s *Supervisor) waitProxy() error {
 	// kill, not a death. Not before the hold: the tracker's end would end
 	// the group, the signals and the sockets with it.
 	s.tracker.Gone("proxy exited")
-	s.proc.Finish()
+	s.proc.KillLeftovers()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
@@ -415,7 +415,7 @@ func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
 	select {
 	case <-gone:
 		s.log.Info("nothing the proxy's leader left in its group runs any more")
-	default: // SIGKILLed; Finish kills it again, and the PID namespace ends with us
+	default: // SIGKILLed; KillLeftovers kills it again, and the PID namespace ends with us
 	}
 }
 
