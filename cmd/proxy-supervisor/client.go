@@ -50,7 +50,7 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		case err == nil:
 			why, answered = reason, true
 			continue // the long poll ended without readiness; ask again
-		case control.Refused(err):
+		case control.Rejected(err):
 			return false, "", err
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()
@@ -195,7 +195,7 @@ func runPrestop(args []string, env func(string) string, stdout, stderr io.Writer
 // misconfigured pod, is 1.
 func prestopOutcome(drained bool, why string, err error, timeout time.Duration) (string, int) {
 	switch {
-	case control.Refused(err):
+	case control.Rejected(err):
 		return err.Error(), 1
 	case control.Unavailable(err):
 		return "no supervisor is listening: the proxy is gone or never started", 0

@@ -99,11 +99,11 @@ func Unavailable(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// Refused reports whether err is the supervisor refusing a request (a 4xx
+// Rejected reports whether err is the supervisor rejecting a request (a 4xx
 // answer: bad input, or a uid it does not allow), or a socket served by a
 // uid not trusted to be the supervisor. Asking again gets the same answer,
 // so a client gives up at once.
-func Refused(err error) bool {
+func Rejected(err error) bool {
 	var e *APIError
 	var u *UntrustedError
 	return errors.As(err, &e) && e.Code >= 400 && e.Code < 500 || errors.As(err, &u)
