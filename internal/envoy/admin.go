@@ -445,7 +445,6 @@ func (a *Admin) ListenerPorts(ctx context.Context) ([]uint16, error) {
 
 type address struct {
 	SocketAddress struct {
-		Address   string `json:"address"`
 		PortValue uint16 `json:"port_value"`
 	} `json:"socket_address"`
 }
