@@ -1,7 +1,10 @@
 package main
 
 import (
+	"debug/elf"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +29,61 @@ func TestBinaryLeavesOutHeavyPackages(t *testing.T) {
 	for _, heavy := range []string{"net/http", "net/url", "crypto/tls", "crypto/x509", "regexp"} {
 		if slices.Contains(deps, heavy) {
 			t.Errorf("proxy-supervisor imports %s; find who with: go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/proxy-supervisor | grep -w %s", heavy, heavy)
+		}
+	}
+}
+
+// sizeCeiling is what issue 27 holds the release binary to, in bytes, as
+// the Makefile builds it (stripped, trimmed paths, no cgo) with the
+// toolchain of go.mod: what it links is resident in every pod.
+const sizeCeiling = 3_850_402
+
+// buildSupervisor builds the binary into a temp dir with ldflags, as the
+// release build does but for them, and returns its path.
+func buildSupervisor(t *testing.T, ldflags string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain on PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "proxy-supervisor")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", ldflags, "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestBinaryUnderItsCeiling(t *testing.T) {
+	fi, err := os.Stat(buildSupervisor(t, "-s -w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > sizeCeiling {
+		t.Errorf("the binary is %d bytes, over its ceiling of %d by %d; see what grew with: go tool nm -size -sort size on a build without -s -w", fi.Size(), sizeCeiling, fi.Size()-sizeCeiling)
+	}
+}
+
+// The supervisor resolves no names (http1.CheckHost): net's resolver and
+// the DNS message codec under it were 140 kB of the binary. Any dial or
+// listen that takes a string address (net.Dial, net.Listen, a Dialer's
+// DialContext) links them again, even for an IP literal; the dials and
+// listens take parsed addresses instead. go list -deps cannot tell, since
+// net imports dnsmessage either way: the linker's symbols can.
+func TestBinaryLinksNoResolver(t *testing.T) {
+	f, err := elf.Open(buildSupervisor(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "net.(*Resolver).") || strings.HasPrefix(s.Name, "vendor/golang.org/x/net/dns/dnsmessage.(*") {
+			t.Fatalf("the binary links %s; find the resolving dial or listen with: go build -ldflags=-dumpdep ./cmd/proxy-supervisor 2>&1 | grep -E -- '-> net\\.(Dial|DialTimeout|Listen|ListenPacket|\\(\\*Dialer\\)\\.(Dial|DialContext)|\\(\\*ListenConfig\\)\\.Listen)$'", s.Name)
 		}
 	}
 }

@@ -244,6 +244,7 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"health port zero", sup("--health-addr", "127.0.0.1:0"), nil, "--health-addr"},
 		{"health port by name", sup("--health-addr", ":http"), nil, "--health-addr"},
 		{"health host junk", sup("--health-addr", "a b:15022"), nil, "--health-addr"},
+		{"health host a name", sup("--health-addr", "pod.ns.svc:15022"), nil, "--health-addr"},
 		{"health addr from env", sup(), map[string]string{"PROXY_SUPERVISOR_HEALTH_ADDR": ":99999"}, "--health-addr"},
 		{"admin port too big", sup("--admin-url", "http://127.0.0.1:99999"), nil, "--admin-url"},
 		{"admin port zero", sup("--admin-url", "http://127.0.0.1:0"), nil, "--admin-url"},
@@ -252,6 +253,7 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"admin without scheme", sup("--admin-url", "127.0.0.1:15000"), nil, "--admin-url"},
 		{"admin without host", sup("--admin-url", "http://:15000"), nil, "--admin-url"},
 		{"admin with dash in host", sup("--admin-url", "http://a-:99999"), nil, "--admin-url"},
+		{"admin host a name", sup("--admin-url", "http://envoy:15000"), nil, "--admin-url"},
 		{"admin from env", sup(), map[string]string{"PROXY_SUPERVISOR_ADMIN_URL": "http://127.0.0.1:99999"}, "--admin-url"},
 		{"grace period negative", sup("--grace-period", "-1s"), nil, "--grace-period"},
 		{"grace period leaves no drain", sup("--grace-period", "10s"), nil, "--grace-period"},
@@ -275,6 +277,7 @@ func TestBadFlagValuesExit2(t *testing.T) {
 		{"wait control dir too long", []string{"wait", "--timeout", "1s", "--control-dir", long}, nil, "--control-dir"},
 		{"wait url port too big", []string{"wait", "--timeout", "1s", "--url", "http://127.0.0.1:99999/ready"}, nil, "--url"},
 		{"wait url scheme", []string{"wait", "--timeout", "1s", "--url", "ftp://127.0.0.1/ready"}, nil, "--url"},
+		{"wait url host a name", []string{"wait", "--timeout", "1s", "--url", "http://app.ns.svc:8080/ready"}, nil, "--url"},
 		{"wait url https", []string{"wait", "--timeout", "1s", "--url", "https://127.0.0.1:15020/healthz/ready"}, nil, "--url"},
 		{"extra ready url https", sup("--extra-ready-url", "https://127.0.0.1:15020/healthz/ready"), nil, "--extra-ready-url"},
 		{"exec control dir too long", []string{"exec", "--timeout", "1s", "--control-dir", long, "--", "true"}, nil, "--control-dir"},
@@ -310,13 +313,13 @@ func TestHTTPSRefusedWithWhy(t *testing.T) {
 }
 
 func TestGoodAddressesAccepted(t *testing.T) {
-	for _, v := range []string{"", ":15022", "0.0.0.0:15022", "127.0.0.1:1", "[::]:65535", "[::1]:15022", "localhost:15022", "pod.ns.svc:15022"} {
+	for _, v := range []string{"", ":15022", "0.0.0.0:15022", "127.0.0.1:1", "[::]:65535", "[::1]:15022", "localhost:15022"} {
 		var a listenAddr
 		if err := a.Set(v); err != nil || a.String() != v {
 			t.Errorf("address %q refused: %v", v, err)
 		}
 	}
-	for _, v := range []string{"http://127.0.0.1:15000", "http://localhost:15000/", "http://[::1]:15000", "http://envoy"} {
+	for _, v := range []string{"http://127.0.0.1:15000", "http://localhost:15000/", "http://[::1]:15000", "http://localhost"} {
 		u := httpURL{}
 		if err := u.Set(v); err != nil || u.String() != v {
 			t.Errorf("URL %q refused: %v", v, err)

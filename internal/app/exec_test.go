@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func (s *supervisor) Complete(_ context.Context, c control.Completion) error {
 }
 
 func (s *supervisor) Drain(context.Context) (bool, string) { return true, control.Drained }
-func (s *supervisor) Status() any                          { return map[string]string{"state": "ready"} }
+func (s *supervisor) Status() control.Status               { return control.Status{State: "ready", Ready: true} }
 
 func (s *supervisor) completions() []control.Completion {
 	s.mu.Lock()
@@ -263,7 +264,8 @@ func TestCompleteWaitsForPeersToExist(t *testing.T) {
 func TestStatusPrintsIndentedJSON(t *testing.T) {
 	s := newSupervisor(t, true)
 	var stdout, stderr bytes.Buffer
-	if code := Status(Socket{Dir: s.dir}, &stdout, &stderr); code != 0 || stdout.String() != "{\n  \"state\": \"ready\"\n}\n" {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	want, _ := json.MarshalIndent(s.Status(), "", "  ")
+	if code := Status(Socket{Dir: s.dir}, &stdout, &stderr); code != 0 || stdout.String() != string(want)+"\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want stdout %q", code, stdout.String(), stderr.String(), want)
 	}
 }

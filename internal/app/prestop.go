@@ -36,7 +36,7 @@ func Prestop(s Socket, timeout time.Duration, stdout, stderr io.Writer) int {
 // misconfigured pod, is 1.
 func prestopOutcome(drained bool, why string, err error, timeout time.Duration) (string, int) {
 	switch {
-	case control.Refused(err):
+	case control.Rejected(err):
 		return err.Error(), 1
 	case control.Unavailable(err):
 		return "no supervisor is listening: the proxy is gone or never started", 0

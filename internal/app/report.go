@@ -162,7 +162,7 @@ func (r reporter) poke(end peers.Record) error {
 	switch {
 	case err == nil:
 		return nil
-	case control.Refused(err):
+	case control.Rejected(err):
 		r.say("the supervisor refused the completion of %s: %v", r.name, err)
 		return err
 	case control.Unavailable(err):
@@ -202,7 +202,7 @@ func (r reporter) deliver(ctx context.Context, end peers.Record, why error) erro
 		case err == nil:
 			r.say("the supervisor took the completion of %s (exit %d) over the socket; peers/ holds no record of it", r.name, code)
 			return nil
-		case control.Refused(err):
+		case control.Rejected(err):
 			r.say("completion of %s (exit %d) is lost: it could not be recorded, and the supervisor refused it: %v", r.name, code, err)
 			return err
 		}

@@ -70,7 +70,7 @@ func waitReady(ctx context.Context, c *control.Client, timeout time.Duration) (r
 		case err == nil:
 			why, answered = reason, true
 			continue // the long poll ended without readiness; ask again
-		case control.Refused(err):
+		case control.Rejected(err):
 			return false, "", err
 		case control.Unavailable(err):
 			why = "no supervisor listening on " + c.Path()

@@ -158,7 +158,7 @@ func (b *slowSecondPoll) WaitReady(ctx context.Context) (bool, string) {
 }
 func (b *slowSecondPoll) Complete(context.Context, control.Completion) error { return nil }
 func (b *slowSecondPoll) Drain(context.Context) (bool, string)               { return false, "" }
-func (b *slowSecondPoll) Status() any                                        { return nil }
+func (b *slowSecondPoll) Status() control.Status                             { return control.Status{} }
 
 // A wait that its deadline cuts in the middle of a long poll gives the
 // server's last reason, not the cut: the connection's deadline can fire

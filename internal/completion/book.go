@@ -49,7 +49,7 @@ type Config struct {
 	Policy  peers.Policy
 	// AllowedUIDs, when set, are the uids whose records count.
 	AllowedUIDs []uint32
-	// Rescan is how often Watch reads the records; zero means DefaultRescan.
+	// Rescan is how often KeepCurrent reads the records; zero means DefaultRescan.
 	Rescan time.Duration
 	// Recorded, if set, is told of every final record the book sees for the
 	// first time (for metrics).
@@ -134,7 +134,7 @@ func Open(cfg Config) (*Book, error) {
 		warnOwn(cfg.Log, errs)
 	}
 	// Watched from now on, so that nothing written between the first read
-	// and Watch goes unseen until a rescan.
+	// and KeepCurrent goes unseen until a rescan.
 	if b.notifier, err = cfg.Records.Notify(); err != nil {
 		cfg.Log.Warn("cannot watch the records directory; changes are seen at the next rescan", "err", err, "rescan", cfg.Rescan)
 	}
@@ -142,7 +142,7 @@ func Open(cfg Config) (*Book, error) {
 }
 
 // Close releases what the book holds: the caller closes the book, watched
-// or not (Watch closes the notifier only when its ctx ends, not after
+// or not (KeepCurrent closes the notifier only when its ctx ends, not after
 // Unwatch). A second Close is harmless.
 func (b *Book) Close() {
 	if b.notifier != nil {
@@ -538,7 +538,7 @@ func latest(a, b peers.Record) peers.Record {
 	return a
 }
 
-// Watch keeps the book current until ctx ends; the notifier is closed then,
+// KeepCurrent keeps the book current until ctx ends; the notifier is closed then,
 // unless Unwatch ended its events first. The records directory's
 // notifier reports each record that may have changed: a record written
 // without a poke, and above all a running peer's lock released, since an
@@ -546,7 +546,7 @@ func latest(a, b peers.Record) peers.Record {
 // released lock is the only sign of it. Only that record is read then. A
 // rescan of every record backs the notifier up, and stands in for it where
 // inotify is not available.
-func (b *Book) Watch(ctx context.Context) error {
+func (b *Book) KeepCurrent(ctx context.Context) error {
 	changed := make(chan string)
 	if b.notifier != nil {
 		go b.notified(ctx, b.notifier, changed)

@@ -35,7 +35,7 @@ func watch(t *testing.T, b *Book) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { b.Watch(ctx); close(done) }()
+	go func() { b.KeepCurrent(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 

@@ -74,11 +74,11 @@ func (e *UntrustedError) Error() string {
 
 func dialTrusted(ctx context.Context, path string, trusted []uint32) (net.Conn, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := d.DialUnix(ctx, "unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
-	cred, err := peerCred(c.(*net.UnixConn))
+	cred, err := peerCred(c)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("control socket %s: the server's credentials: %w", path, err)
@@ -99,11 +99,11 @@ func Unavailable(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// Refused reports whether err is the supervisor refusing a request (a 4xx
+// Rejected reports whether err is the supervisor rejecting a request (a 4xx
 // answer: bad input, or a uid it does not allow), or a socket served by a
 // uid not trusted to be the supervisor. Asking again gets the same answer,
 // so a client gives up at once.
-func Refused(err error) bool {
+func Rejected(err error) bool {
 	var e *APIError
 	var u *UntrustedError
 	return errors.As(err, &e) && e.Code >= 400 && e.Code < 500 || errors.As(err, &u)

@@ -119,7 +119,7 @@ func TestRefusalWithoutJSON(t *testing.T) {
 	c, _ := httpIn(t, http.NotFoundHandler())
 	_, err := c.Status(context.Background())
 	var e *APIError
-	if !errors.As(err, &e) || e.Code != 404 || e.Msg != "404 Not Found" || !Refused(err) {
+	if !errors.As(err, &e) || e.Code != 404 || e.Msg != "404 Not Found" || !Rejected(err) {
 		t.Fatalf("a 404 with a text body: %v", err)
 	}
 }
@@ -163,7 +163,7 @@ func TestUntrustedThroughTheClient(t *testing.T) {
 	c.http.Dial = func(ctx context.Context) (net.Conn, error) { return dialTrusted(ctx, s.Path(), []uint32{4242}) }
 	_, err := c.Status(context.Background())
 	var u *UntrustedError
-	if !errors.As(err, &u) || err.Error() != u.Error() || !Refused(err) {
+	if !errors.As(err, &u) || err.Error() != u.Error() || !Rejected(err) {
 		t.Fatalf("a server of uid %d trusting only 4242: %v", os.Geteuid(), err)
 	}
 }

@@ -310,10 +310,10 @@ type stuck struct {
 	in, out chan struct{}
 }
 
-func (b *stuck) Status() any {
+func (b *stuck) Status() Status {
 	close(b.in)
 	<-b.out
-	return nil
+	return Status{}
 }
 
 // A flood of connections that send junk, half a request or nothing, and

@@ -82,7 +82,7 @@ func TestNoReadyMarkUnderAllowedUIDs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ready, _, err := c.Ready(ctx, time.Second); ready || !Refused(err) {
+	if ready, _, err := c.Ready(ctx, time.Second); ready || !Rejected(err) {
 		t.Fatalf("Ready of a uid outside --allowed-uids: %v %v; want refused", ready, err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"golang.org/x/sys/unix"
 )
@@ -83,8 +84,26 @@ type Backend interface {
 	// or ctx does. It reports whether the drain condition was met, and why
 	// not.
 	Drain(ctx context.Context) (drained bool, why string)
-	// Status is the supervisor's state, encoded as JSON.
-	Status() any
+	// Status is the supervisor's state.
+	Status() Status
+}
+
+// Status is the supervisor's state, the body of GET /v1/status.
+type Status struct {
+	State    string                     `json:"state"`
+	ProxyPID int                        `json:"proxy_pid"`
+	Ready    bool                       `json:"ready"`
+	Reason   string                     `json:"reason,omitempty"`
+	Draining bool                       `json:"draining"`
+	Peers    map[string]completion.Peer `json:"peers"`
+	Pending  []string                   `json:"pending,omitempty"`
+	Awaiting int                        `json:"awaiting"`
+	// RecordsError: peers/ no longer names the records directory the
+	// supervisor reads (completion.Book.Replaced).
+	RecordsError string  `json:"records_error,omitempty"`
+	ExitCode     *int    `json:"exit_code,omitempty"` // once fixed
+	DecidedBy    string  `json:"decided_by,omitempty"`
+	Uptime       float64 `json:"uptime_seconds"`
 }
 
 // Completion is what POST /v1/complete reports: how a peer ended.
@@ -170,13 +189,13 @@ func (s *Server) Listen() error {
 		},
 		ConnContext: withPeer,
 		// Long polls end when their client gives up.
-		Watch:        true,
-		MaxHead:      maxHeader,
-		HeadTimeout:  readTimeout,
-		IdleTimeout:  idleTimeout,
-		WriteTimeout: writeSlack,
-		Grace:        closeGrace,
-		Log:          s.log,
+		CancelOnHangup: true,
+		MaxHead:        maxHeader,
+		HeadTimeout:    readTimeout,
+		IdleTimeout:    idleTimeout,
+		WriteTimeout:   writeSlack,
+		Grace:          closeGrace,
+		Log:            s.log,
 		// No cap on connections, unlike the health port: only the pod can
 		// reach this socket, and every request is bounded in time.
 	}
@@ -311,7 +330,8 @@ func removeStale(sd int, via, path string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("control socket %s: exists and is not a socket", path)
 	}
-	if c, err := net.DialTimeout("unix", via, 100*time.Millisecond); err == nil {
+	d := net.Dialer{Timeout: 100 * time.Millisecond}
+	if c, err := d.DialUnix(context.Background(), "unix", nil, &net.UnixAddr{Name: via, Net: "unix"}); err == nil {
 		c.Close()
 		return fmt.Errorf("control socket %s: another supervisor is serving it", path)
 	}

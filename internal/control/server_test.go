@@ -77,7 +77,7 @@ func (b *backend) Drain(ctx context.Context) (bool, string) {
 	}
 }
 
-func (b *backend) Status() any { return map[string]string{"state": "ready"} }
+func (b *backend) Status() Status { return Status{State: "ready"} }
 
 func serve(t *testing.T, b Backend, allowed []uint32) (*Server, *Client) {
 	t.Helper()

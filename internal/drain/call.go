@@ -10,14 +10,14 @@ import (
 )
 
 // What a sidecar's drain aims for, on every Envoy release it can: inbound
-// connections are told to close; the app's outbound connections are not;
-// inbound listeners keep accepting until the app has ended, whatever
-// Envoy's --drain-time-s; and Envoy stops no listener on its own before the
-// supervisor stops it. A release that cannot give all four gives up the
-// ones its Call names.
+// connections are told to close; inbound listeners keep accepting until the
+// app has ended, whatever Envoy's --drain-time-s; and Envoy stops no
+// listener on its own before the supervisor stops it. A release that cannot
+// give all three gives up the ones its Call names. The app's outbound
+// connections are never told to close: a call that would tell them is not
+// made, and its aims are given up instead.
 const (
 	AimInboundHinted    = "inbound connections told to close"
-	AimOutboundUntold   = "outbound connections not told to close"
 	AimInboundAccepting = "inbound listeners accepting until the app has ended"
 	AimNoStop           = "no listener stopped by Envoy itself"
 )
@@ -40,12 +40,13 @@ func (c Call) String() string {
 
 // ChooseCall picks the drain call for Envoy release v (known false: its
 // version could not be read), draining only inbound listeners (a sidecar)
-// or every listener. What each flag does on which release is
-// fakeenvoy.EnvoyVersion's, each change cited there: skip_exit exists from
-// 1.28.0 (envoy#30003); a graceful drain tells only the inbound listeners'
-// connections from 1.34.0 (envoy#38430), every listener's before
-// (envoy#35020); from 1.40 a drain without graceful tells them too
-// (envoy#47042), which changes nothing for the calls below. A main-branch
+// or every listener. What each flag does on which release is from Envoy's
+// changelogs and the pull requests they name: skip_exit exists from 1.28.0
+// (changelogs/1.28.0.yaml, envoy#30003); a graceful drain tells only the
+// inbound listeners' connections from 1.34.0 (envoy#38430), every
+// listener's before (envoy#35020); from 1.40.0 a drain without graceful
+// tells them too (changelogs/1.40.0.yaml, envoy#47042), which changes
+// nothing for the calls below. A main-branch
 // X.Y.0-dev build is taken for one that has none of X.Y.0's changes
 // (Version.AtLeast): a 1.34.0-dev build may predate envoy#38430.
 func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
@@ -64,8 +65,9 @@ func ChooseCall(v envoy.Version, known, inboundOnly bool) Call {
 	// Before 1.34 every call that tells the inbound connections to close
 	// tells the app's outbound ones too, in the middle of its last work; a
 	// call without graceful tells nobody and stops the inbound listeners
-	// at once. No call keeps three aims of four, and an unreadable version
-	// gets the same: nothing that could touch the app's outbound traffic.
+	// at once. So no call is made: the hint is given up, the other aims
+	// kept, and an unreadable version gets the same: nothing that could
+	// touch the app's outbound traffic.
 	return Call{GivesUp: []string{AimInboundHinted}}
 }
 

@@ -21,7 +21,7 @@ type fakeClock struct {
 	armed   bool
 	busy    bool // fired, or new: the drain is checking and will arm it again
 	stopped bool // the drain is over
-	arms    int  // Resets: checks done, and a Watch's closes put off
+	arms    int  // Resets: checks done, and an OpenScanner's closes put off
 	changed chan struct{}
 }
 

@@ -33,10 +33,10 @@ type Scanner interface {
 	Listening() ([]portwatch.Socket, error)
 }
 
-// Watch is a Scanner held open for a drain's life (portwatch.Watch). Closed
-// receives when a listening socket may have closed, and is closed when it
-// can tell no more; nil means it never tells.
-type Watch interface {
+// OpenScanner is a Scanner held open for a drain's life
+// (portwatch.OpenScanner). Closed receives when a listening socket may have
+// closed, and is closed when it can tell no more; nil means it never tells.
+type OpenScanner interface {
 	Scanner
 	Closed() <-chan struct{}
 	Close()
@@ -45,11 +45,11 @@ type Watch interface {
 // Defaults of Config's pacing. Each check wakes an idle supervisor, and on a
 // small VM a wake costs 0.15-0.4 ms of CPU whatever it does, so a drain
 // checks only as often as an answer could change. While the app listens,
-// a Watch (portwatch.Watch, the kernel's word that a listening socket was
-// destroyed) reports its close at once, and the ports are scanned anyway
-// every WatchedTick: a listener shut down but not closed, or destroyed late,
-// is reported by nothing else. Without a Watch, and once the app's ports
-// are closed (the quiet period, busy connections, peers under exec), the
+// an OpenScanner (portwatch.OpenScanner, the kernel's word that a listening
+// socket was destroyed) reports its close at once, and the ports are
+// scanned anyway every WatchedTick: a listener shut down but not closed, or
+// destroyed late, is reported by nothing else. Without an OpenScanner, and
+// once the app's ports are closed (the quiet period, busy connections, peers under exec), the
 // condition is checked every Tick, so that a close, a new listener or a
 // peer's end is seen within 40 ms, inside prestop's 50 ms
 // (docs/benchmarks.md). Envoy's stats are asked for at once when the app's
@@ -77,11 +77,11 @@ const (
 type Config struct {
 	Admin   Admin
 	Scanner Scanner
-	// Watch, if set, opens the drain's Watch, which then stands in for
+	// OpenScanner, if set, opens the drain's OpenScanner, which then stands in for
 	// Scanner: a drain waiting on a listening app wakes when a listener
 	// closes, not every Tick.
-	Watch func() Watch
-	Owner portwatch.Owner // tells the app's sockets and connections from the proxy's
+	OpenScanner func() OpenScanner
+	Owner       portwatch.Owner // tells the app's sockets and connections from the proxy's
 
 	Min     time.Duration // the shortest drain
 	Timeout time.Duration // the longest drain
@@ -121,7 +121,7 @@ type Config struct {
 	Recheck bool
 
 	// Tick is how often the condition is checked, WatchedTick how often
-	// while the Watch reports the app's close, StatsEvery how often Envoy's
+	// while the OpenScanner reports the app's close, StatsEvery how often Envoy's
 	// stats are asked for, Progress how often progress is logged and
 	// /drain_listeners retried, Quiet how long the condition must hold;
 	// zero means the defaults.
@@ -185,7 +185,7 @@ type drainer struct {
 	hinting            bool      // the delay is over: the close hints may go
 	listenersDrained   bool      // Envoy accepted /drain_listeners, or this release takes none
 	releaseUnknownSaid bool      // the wait for a release to choose the call by was logged
-	lastClose          time.Time // when a close the Watch reported was last acted on
+	lastClose          time.Time // when a close the OpenScanner reported was last acted on
 }
 
 func newDrainer(cfg Config) *drainer {
@@ -237,13 +237,13 @@ func (st state) holds() bool {
 
 // wait checks the drain condition until it has held for the quiet period
 // (and no sooner than Min), the deadline passes or settled closes: every
-// tick, or when the Watch reports a close.
+// tick, or when the OpenScanner reports a close.
 func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
 	earliest := start.Add(d.cfg.Min)
 	hintAt := start.Add(d.cfg.Delay)
 	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
-	if d.cfg.Watch != nil {
-		w := d.cfg.Watch()
+	if d.cfg.OpenScanner != nil {
+		w := d.cfg.OpenScanner()
 		defer w.Close()
 		scan, closed = w, w.Closed()
 	}
@@ -327,9 +327,9 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 }
 
 // await waits for the next check: after sleep, when settled closes, or when
-// the Watch reports a close. A close is acted on at once, unless another
+// the OpenScanner reports a close. A close is acted on at once, unless another
 // was less than a Tick ago: an app that churns sockets it never connects
-// must not make the drain scan flat out. It returns the Watch's channel,
+// must not make the drain scan flat out. It returns the OpenScanner's channel,
 // nil once it can tell no more.
 func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
 	due := d.clock.Now().Add(sleep)
@@ -363,7 +363,7 @@ func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan
 }
 
 // sleep is how long to wait before the next check: a Tick, or WatchedTick
-// while the Watch will report the app's close, cut short to end the quiet
+// while the OpenScanner will report the app's close, cut short to end the quiet
 // period on time and to stop at the deadline.
 func (d *drainer) sleep(now time.Time, st state, watched bool, quietSince, earliest, deadline time.Time) time.Duration {
 	next := now.Add(d.cfg.Tick)

@@ -28,7 +28,7 @@ func (s *listeningApp) Listening() ([]portwatch.Socket, error) {
 	return []portwatch.Socket{{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), UID: 1000}}, nil
 }
 
-// TestDefaultPacingWhileAppListens: without a Watch (the /proc fallback, a
+// TestDefaultPacingWhileAppListens: without an OpenScanner (the /proc fallback, a
 // kernel without the destroy broadcast) a drain waiting on a listening app
 // wakes the supervisor once per tick, and each wake costs 0.15-0.4 ms of
 // CPU on a small VM, so the default tick must keep it to at most 25 scans a
@@ -52,36 +52,36 @@ func TestDefaultPacingWhileAppListens(t *testing.T) {
 	}
 }
 
-// fakeWatch is a Watch on a fakeScanner: the test says when a close is
+// fakeOpenScanner is an OpenScanner on a fakeScanner: the test says when a close is
 // reported. It counts scans.
-type fakeWatch struct {
+type fakeOpenScanner struct {
 	*fakeScanner
 	closed chan struct{}
 	scans  atomic.Int64
 	shut   atomic.Bool
 }
 
-func newFakeWatch(ports ...uint16) *fakeWatch {
-	return &fakeWatch{fakeScanner: &fakeScanner{ports: ports}, closed: make(chan struct{}, 1)}
+func newFakeOpenScanner(ports ...uint16) *fakeOpenScanner {
+	return &fakeOpenScanner{fakeScanner: &fakeScanner{ports: ports}, closed: make(chan struct{}, 1)}
 }
 
-func (w *fakeWatch) Listening() ([]portwatch.Socket, error) {
+func (w *fakeOpenScanner) Listening() ([]portwatch.Socket, error) {
 	w.scans.Add(1)
 	return w.fakeScanner.Listening()
 }
-func (w *fakeWatch) Closed() <-chan struct{} { return w.closed }
-func (w *fakeWatch) Close()                  { w.shut.Store(true) }
+func (w *fakeOpenScanner) Closed() <-chan struct{} { return w.closed }
+func (w *fakeOpenScanner) Close()                  { w.shut.Store(true) }
 
-func watched(w *fakeWatch, clock *fakeClock, timeout time.Duration) Config {
-	return Config{Admin: quietAdmin{}, Scanner: &listeningApp{}, Watch: func() Watch { return w },
+func watched(w *fakeOpenScanner, clock *fakeClock, timeout time.Duration) Config {
+	return Config{Admin: quietAdmin{}, Scanner: &listeningApp{}, OpenScanner: func() OpenScanner { return w },
 		Owner: portwatch.Owner{AdminPort: 15000, ProxyUID: -1}, Timeout: timeout, Clock: clock, Log: slog.New(slog.DiscardHandler)}
 }
 
-// TestWatchedPacingWhileAppListens: with a Watch to report the app's close,
+// TestWatchedPacingWhileAppListens: with an OpenScanner to report the app's close,
 // a drain waiting on a listening app scans only every WatchedTick (the
-// Watch stands in for the Scanner), and still stops at its bound.
+// OpenScanner stands in for the Scanner), and still stops at its bound.
 func TestWatchedPacingWhileAppListens(t *testing.T) {
-	w, clock := newFakeWatch(8080), newClock()
+	w, clock := newFakeOpenScanner(8080), newClock()
 	const wait = time.Second
 	res := start(watched(w, clock, wait), nil)
 	clock.advance(t, wait)
@@ -94,17 +94,17 @@ func TestWatchedPacingWhileAppListens(t *testing.T) {
 	}
 	took(t, r, wait, wait)
 	if !w.shut.Load() {
-		t.Error("the Watch was left open")
+		t.Error("the OpenScanner was left open")
 	}
 	if DefaultWatchedTick > DefaultQuiet {
-		t.Errorf("DefaultWatchedTick %v: a close the Watch misses would wait longer than the quiet period", DefaultWatchedTick)
+		t.Errorf("DefaultWatchedTick %v: a close the OpenScanner misses would wait longer than the quiet period", DefaultWatchedTick)
 	}
 }
 
-// A close the Watch reports is seen at once, not at the next WatchedTick:
+// A close the OpenScanner reports is seen at once, not at the next WatchedTick:
 // the drain scans again though its clock has not moved.
 func TestWatchedCloseSeenAtOnce(t *testing.T) {
-	w, clock := newFakeWatch(8080), newClock()
+	w, clock := newFakeOpenScanner(8080), newClock()
 	cfg := watched(w, clock, 20*time.Second)
 	cfg.WatchedTick = time.Hour
 	res := start(cfg, nil)
@@ -123,10 +123,10 @@ func TestWatchedCloseSeenAtOnce(t *testing.T) {
 	took(t, r, DefaultQuiet, DefaultQuiet)
 }
 
-// A Watch that can tell no more (its channel closed) leaves the drain
+// An OpenScanner that can tell no more (its channel closed) leaves the drain
 // polling every Tick.
-func TestWatchThatStopsTellingIsPolled(t *testing.T) {
-	w, clock := newFakeWatch(8080), newClock()
+func TestOpenScannerThatStopsTellingIsPolled(t *testing.T) {
+	w, clock := newFakeOpenScanner(8080), newClock()
 	cfg := watched(w, clock, 20*time.Second)
 	cfg.WatchedTick = time.Hour
 	res := start(cfg, nil)
@@ -146,7 +146,7 @@ func TestWatchThatStopsTellingIsPolled(t *testing.T) {
 // destroyed socket without a peer port again and again: the drain acts on
 // those reports no more often than every Tick.
 func TestWatchedChurnScansAtMostEveryTick(t *testing.T) {
-	w, clock := newFakeWatch(8080), newClock()
+	w, clock := newFakeOpenScanner(8080), newClock()
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -32,7 +31,8 @@ import (
 // context and by Timeout: Envoy binds the admin port before its event loop
 // runs, so a connection can succeed and then hang.
 type Admin struct {
-	url     http1.URL // tcp, or unix for admin.address.pipe
+	url     http1.URL        // tcp, or unix for admin.address.pipe
+	tcp     []netip.AddrPort // a tcp URL's address, or localhost's two
 	client  *http1.Client
 	Timeout time.Duration
 }
@@ -49,11 +49,15 @@ const maxBody = 4 << 20
 // container of the pod can reach unless it mounts the socket's directory.
 // Its path, if any, is not used.
 func NewAdmin(u http1.URL) *Admin {
-	return &Admin{
+	a := &Admin{
 		url:     u,
 		client:  &http1.Client{Dial: u.Dial(time.Second), Host: u.Host, MaxBody: maxBody},
 		Timeout: 2 * time.Second,
 	}
+	if u.Network == "tcp" {
+		a.tcp, _ = http1.TCPAddrs(u.Addr) // ParseURL gave it: it parses
+	}
+	return a
 }
 
 // Port is the admin API's TCP port, whose listener is the proxy's, not the
@@ -99,16 +103,26 @@ func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) 
 // times a second, and an HTTP request that is refused leaves 2.4 kB of
 // garbage each time (net/http's 5.6 kB doubled the supervisor's idle RSS);
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
-// BenchmarkBoundRefused). Other hosts take the ordinary dialer.
+// BenchmarkBoundRefused). Other addresses take the ordinary dialer. Of
+// localhost's two addresses, either bound is bound.
 func (a *Admin) Bound(ctx context.Context) (bool, error) {
 	if a.url.Network == "unix" {
 		return connectsUnix(a.url.Addr)
 	}
-	if ap, err := netip.ParseAddrPort(a.url.Addr); err == nil && ap.Addr().IsLoopback() {
+	for _, ap := range a.tcp {
+		bound, err := connectsTCP(ctx, ap)
+		if bound || err != nil {
+			return bound, err
+		}
+	}
+	return false, nil
+}
+
+func connectsTCP(ctx context.Context, ap netip.AddrPort) (bool, error) {
+	if ap.Addr().IsLoopback() {
 		return connects(ctx, ap)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", a.url.Addr)
+	c, err := http1.DialTCP(ctx, 0, []netip.AddrPort{ap})
 	if err != nil {
 		if Refused(err) {
 			return false, nil
@@ -424,7 +438,6 @@ func (a *Admin) ListenerPorts(ctx context.Context) ([]uint16, error) {
 
 type address struct {
 	SocketAddress struct {
-		Address   string `json:"address"`
 		PortValue uint16 `json:"port_value"`
 	} `json:"socket_address"`
 }

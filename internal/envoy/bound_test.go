@@ -2,44 +2,17 @@ package envoy
 
 import (
 	"context"
-	"net"
+	"errors"
+	"os"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
-// A listener whose accept queue is full drops the SYN and a blocking connect
-// waits for minutes; the probe must not (its answer: bound).
+// The probe must not wait as a blocking connect would (its answer: bound).
 func TestBoundWithAFullBacklogIsBounded(t *testing.T) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, _ := unix.Getsockname(fd)
-	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}
-	// Fill the backlog: nobody accepts.
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for range 4 {
-		c, err := net.DialTimeout("tcp", addr.String(), 200*time.Millisecond)
-		if err != nil {
-			break
-		}
-		held = append(held, c)
-	}
-	a, err := adminFor("http://" + addr.String())
+	a, err := adminFor("http://" + proctest.FullBacklog(t).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,5 +25,26 @@ func TestBoundWithAFullBacklogIsBounded(t *testing.T) {
 	}
 	if err != nil || !bound {
 		t.Fatalf("Bound = %v, %v; want bound", bound, err)
+	}
+}
+
+// An admin call's connect is bounded by the dial's own second, whatever
+// the call's bound: a proxy that stops accepting is found out at the next
+// poll.
+func TestAdminDialIsBounded(t *testing.T) {
+	a, err := adminFor("http://" + proctest.FullBacklog(t).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Timeout = time.Hour
+	began := time.Now()
+	_, _, err = a.ServerState(context.Background())
+	// A loaded machine is late, never early.
+	if took := time.Since(began); took < time.Second || took > 3*time.Second {
+		t.Errorf("the call took %v, want the dial's second", took)
+	}
+	// The dial's context or its socket's deadline, whichever fires first.
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("err %v, want the dial's timeout", err)
 	}
 }

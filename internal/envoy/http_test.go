@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -270,7 +271,7 @@ func TestURLsMustBeHTTP(t *testing.T) {
 		t.Errorf("admin URL https: %v", err)
 	}
 	a, err := adminFor("http://[::1]")
-	if err != nil || a.Port() != 80 || a.url.Addr != "[::1]:80" {
+	if err != nil || a.Port() != 80 || len(a.tcp) != 1 || a.tcp[0] != netip.MustParseAddrPort("[::1]:80") {
 		t.Errorf("admin URL without a port: %v", err)
 	}
 }

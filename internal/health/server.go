@@ -66,7 +66,7 @@ type Server struct {
 	reg         *metrics.Registry
 }
 
-// New returns the health server for addr (such as :15022), unbound: it
+// New returns the health server for addr (such as :15022, an IP address's port or localhost's), unbound: it
 // touches nothing until Listen. ready says whether the pod may be sent
 // traffic, live whether the container is fit to keep running; a nil live
 // always says so.
@@ -79,7 +79,7 @@ func New(addr string, ready, live Check, reg *metrics.Registry, log *slog.Logger
 
 // Listen binds the server's address; Serve and Close follow it.
 func (s *Server) Listen() error {
-	ln, err := net.Listen("tcp", s.listen)
+	ln, err := http1.ListenTCP(s.listen)
 	if err != nil {
 		return fmt.Errorf("health server: %w", err)
 	}

@@ -15,8 +15,8 @@ import (
 
 // Handler answers one request. body is an empty buffer of the connection's
 // to append the answer's body to, so that an answer need not allocate. ctx
-// ends when the server closes and, with Config.Watch, when the client goes
-// away.
+// ends when the server closes and, with Config.CancelOnHangup, when the
+// client goes away.
 type Handler func(ctx context.Context, r *Request, body []byte) Answer
 
 // Answer is what a Handler answers.
@@ -39,11 +39,11 @@ type Config struct {
 	// server's, once, at its accept: the control socket adds the peer's
 	// credentials there.
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
-	// Watch reads the connection while a request is answered, so that a
-	// client that goes away ends the request's context (a long poll it
-	// gave up). It costs a goroutine and a context per request; without
+	// CancelOnHangup reads the connection while a request is answered,
+	// so that a client that goes away ends the request's context (a long
+	// poll it gave up). It costs a goroutine and a context per request; without
 	// it, answering allocates nothing.
-	Watch bool
+	CancelOnHangup bool
 	// MaxHead bounds a request head.
 	MaxHead int
 	// Spare is how many ended connections' buffers are kept for the next
@@ -290,8 +290,8 @@ func (s *Server) serve(c net.Conn) {
 // reports that the connection ends: the client asked, sent a body, went
 // away, or the server is closing.
 //
-// With Watch it reads the connection meanwhile, so that a client that goes
-// away ends the request's context. That read takes one byte at most, which
+// With CancelOnHangup it reads the connection meanwhile, so that a client
+// that goes away ends the request's context. That read takes one byte at most, which
 // stays in cn.in: it is the start of a pipelined request. The answer is
 // written before that read is ended: ending it waits for the reading
 // goroutine, and a goroutine that the request woke (the stop that a job's
@@ -299,7 +299,7 @@ func (s *Server) serve(c net.Conn) {
 func (s *Server) answer(ctx context.Context, c net.Conn, cn *connBufs) (done bool) {
 	r := &cn.req
 	var read chan error
-	if s.cfg.Watch {
+	if s.cfg.CancelOnHangup {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +38,7 @@ var ErrHTTPS = errors.New("https is not supported")
 var ErrScheme = errors.New("want http://HOST:PORT or unix:///PATH")
 
 // ParseURL takes apart an http:// URL, such as Envoy's admin address or a
-// readiness URL: http, a host that is an IP address or a DNS name, a port
+// readiness URL: http, a host that is an IP address or localhost, a port
 // from 1 to 65535 if one is given (80 if not), no credentials, and a path
 // and query without spaces, control characters or a fragment, with
 // well-formed escapes. Or unix:///PATH, plain HTTP over the unix socket at
@@ -111,26 +110,6 @@ func ParseURL(raw string) (URL, error) {
 	return URL{Network: "tcp", Addr: net.JoinHostPort(host, port), Host: authority, Target: target, Raw: raw}, nil
 }
 
-// CheckHost accepts an IP address or a DNS name.
-func CheckHost(host string) error {
-	if host == "" {
-		return errors.New("no host")
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return nil
-	}
-	if len(host) > 253 {
-		return errors.New("host name longer than 253 characters")
-	}
-	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
-			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
-			return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
-		}
-	}
-	return nil
-}
-
 // ParsePort reads a decimal port from 1 to 65535. Service names (":http")
 // are refused: the port is also the proxy's, for telling sockets apart.
 func ParsePort(s string) (uint16, error) {
@@ -142,8 +121,23 @@ func ParsePort(s string) (uint16, error) {
 }
 
 // Dial dials the URL's address, each dial bounded by timeout as well as by
-// its context.
+// its context. An address that ParseURL would not give fails every dial.
 func (u URL) Dial(timeout time.Duration) func(context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, u.Network, u.Addr) }
+	if u.Network == "unix" {
+		d := &net.Dialer{Timeout: timeout}
+		addr := &net.UnixAddr{Name: u.Addr, Net: "unix"}
+		return func(ctx context.Context) (net.Conn, error) {
+			c, err := d.DialUnix(ctx, "unix", nil, addr)
+			if err != nil {
+				return nil, err // not a nil *UnixConn in a non-nil Conn
+			}
+			return c, nil
+		}
+	}
+	addrs, err := TCPAddrs(u.Addr)
+	if err != nil {
+		err = fmt.Errorf("dial %s: %w", u.Addr, err)
+		return func(context.Context) (net.Conn, error) { return nil, err }
+	}
+	return func(ctx context.Context) (net.Conn, error) { return DialTCP(ctx, timeout, addrs) }
 }

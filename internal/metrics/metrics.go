@@ -127,7 +127,7 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Unlock()
 	var b strings.Builder
 	for _, f := range fams {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, escapeHelp(f.help), f.name, f.kind)
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, escape(f.help, false), f.name, f.kind)
 		if f.fn != nil {
 			fmt.Fprintf(&b, "%s %s\n", f.name, format(f.fn()))
 			continue
@@ -147,7 +147,7 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 					if i > 0 {
 						b.WriteByte(',')
 					}
-					fmt.Fprintf(&b, "%s=\"%s\"", l, labelEscaper.Replace(s.labels[i]))
+					fmt.Fprintf(&b, "%s=\"%s\"", l, escape(s.labels[i], true))
 				}
 				b.WriteByte('}')
 			}
@@ -171,9 +171,25 @@ func format(f float64) string {
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
-var (
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
-)
-
-func escapeHelp(s string) string { return helpEscaper.Replace(s) }
+// escape is s with the exposition format's escapes: a backslash and a
+// newline, and in a label value (quoted) a double quote. Written out: a
+// strings.Replacer links 7 kB of the binary for these three bytes.
+func escape(s string, quoted bool) string {
+	if !strings.ContainsAny(s, "\\\n\"") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '"' && quoted:
+			b.WriteString(`\"`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

@@ -11,7 +11,7 @@ func TestExposition(t *testing.T) {
 	up := r.Gauge("proxy_up", "Whether the proxy runs.")
 	exits := r.CounterVec("proxy_exits_total", "Proxy exits by code.", "code")
 	r.GaugeFunc("answer", "Computed at scrape time.", func() float64 { return 42 })
-	peers := r.CounterVec("peer_completions_total", "Completions.", "peer", "reason")
+	peers := r.CounterVec("peer_completions_total", "Completions, \"by\" peer\\reason\nand more.", "peer", "reason")
 
 	up.Set(1)
 	exits.With("143").Inc()
@@ -32,7 +32,7 @@ proxy_exits_total{code="143"} 1
 # HELP answer Computed at scrape time.
 # TYPE answer gauge
 answer 42
-# HELP peer_completions_total Completions.
+# HELP peer_completions_total Completions, "by" peer\\reason\nand more.
 # TYPE peer_completions_total counter
 peer_completions_total{peer="we\"ird\\name\n",reason="exited"} 1
 `

@@ -167,9 +167,6 @@ func (d Dir) openClaim(name, entry string) (*os.File, error) {
 	return nil, fmt.Errorf("%s: created and removed %d times while being opened", path, loadTries)
 }
 
-// Name is the peer's name.
-func (r *Run) Name() string { return r.name }
-
 // Finish writes the final record and then releases the lock, in that order,
 // so that no reader sees the running record unlocked while exec lives. A
 // bad code or reason is refused and the run goes on. So does a write that

@@ -31,7 +31,7 @@ func NewScanner(log *slog.Logger) *Scanner {
 }
 
 // Listening returns the listening TCP sockets of the current network namespace, IPv4
-// before IPv6. It opens a netlink socket for the one scan; a Watch keeps one.
+// before IPv6. It opens a netlink socket for the one scan; an OpenScanner keeps one.
 func (s *Scanner) Listening() ([]Socket, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -26,11 +26,11 @@ var destroyFilter = [...]unix.SockFilter{
 	{Code: unix.BPF_RET | unix.BPF_K, K: 0},
 }
 
-// Watch is a Scanner held open while its caller waits on listening ports (a drain).
+// OpenScanner is a Scanner held open while its caller waits on listening ports (a drain).
 // Its scans reuse one netlink socket, and Closed tells at once that a listening
 // socket may be gone, so that the caller need not scan on a short tick to see it.
-// A Watch is for one goroutine; Close releases it.
-type Watch struct {
+// An OpenScanner is for one goroutine; Close releases it.
+type OpenScanner struct {
 	s     *Scanner
 	conn  diagConn // kept between scans; nil until the first, and after a failed one
 	socks []Socket // the last scan's answer, its array reused by the next
@@ -40,10 +40,10 @@ type Watch struct {
 	done   chan struct{} // closed when the event reader has returned
 }
 
-// Watch opens a Watch. Where the kernel will not broadcast destroyed sockets (an old
+// Open opens an OpenScanner. Where the kernel will not broadcast destroyed sockets (an old
 // kernel, a sandbox, the /proc fallback), Closed is nil and the caller polls.
-func (s *Scanner) Watch() *Watch {
-	w := &Watch{s: s}
+func (s *Scanner) Open() *OpenScanner {
+	w := &OpenScanner{s: s}
 	if s.Fallback() {
 		return w
 	}
@@ -58,9 +58,9 @@ func (s *Scanner) Watch() *Watch {
 	return w
 }
 
-// Listening scans as Scanner.Listening does. The slice is the Watch's: it is valid
+// Listening scans as Scanner.Listening does. The slice is the OpenScanner's: it is valid
 // until the next call, which reuses it, so that a scan allocates nothing.
-func (w *Watch) Listening() ([]Socket, error) {
+func (w *OpenScanner) Listening() ([]Socket, error) {
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	socks, err := w.s.listening(&w.conn, w.socks)
@@ -73,10 +73,10 @@ func (w *Watch) Listening() ([]Socket, error) {
 // Closed receives after a listening socket of the namespace was destroyed, or after
 // the kernel dropped such news (a full socket buffer); several arrive as one. It is
 // closed if the broadcast fails for good, and nil if there was none.
-func (w *Watch) Closed() <-chan struct{} { return w.closed }
+func (w *OpenScanner) Closed() <-chan struct{} { return w.closed }
 
-// Close releases the Watch's sockets and waits for its event reader to return.
-func (w *Watch) Close() {
+// Close releases the OpenScanner's sockets and waits for its event reader to return.
+func (w *OpenScanner) Close() {
 	w.s.mu.Lock()
 	if w.conn != nil {
 		w.conn.close()
@@ -92,7 +92,7 @@ func (w *Watch) Close() {
 // read turns the broadcast's datagrams into signals on closed until the socket is
 // closed. ENOBUFS means some were dropped: a listener may have gone unreported, so it
 // signals too.
-func (w *Watch) read(f *os.File, closed chan<- struct{}) {
+func (w *OpenScanner) read(f *os.File, closed chan<- struct{}) {
 	defer close(w.done)
 	buf := make([]byte, 1024) // one message; a longer one is cut, and only its arrival counts
 	for {

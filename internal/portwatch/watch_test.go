@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watch opens a Watch on netlink, or skips where sock_diag is refused.
-func watch(t *testing.T, s *Scanner) *Watch {
+// watch opens an OpenScanner on netlink, or skips where sock_diag is refused.
+func watch(t *testing.T, s *Scanner) *OpenScanner {
 	t.Helper()
-	w := s.Watch()
+	w := s.Open()
 	t.Cleanup(w.Close)
 	if _, err := w.Listening(); err != nil {
 		t.Fatal(err)
@@ -35,11 +35,11 @@ type countingConn struct {
 func (c *countingConn) send(req []byte) error        { c.sends++; return c.diagConn.send(req) }
 func (c *countingConn) recv(buf []byte) (int, error) { c.recvs++; return c.diagConn.recv(buf) }
 
-// A drain scans its Watch for as long as the app listens, so a scan's cost
-// is the Watch's: one netlink socket for its life, a request and its answer
+// A drain scans its OpenScanner for as long as the app listens, so a scan's cost
+// is the OpenScanner's: one netlink socket for its life, a request and its answer
 // per family, no allocation. Those counts, unlike CPU time, do not depend on
 // the machine's load; each syscall or allocation more is paid on every scan.
-func TestWatchScanCost(t *testing.T) {
+func TestOpenScannerScanCost(t *testing.T) {
 	s := NewScanner(nil)
 	var conns []*countingConn
 	s.dial = func() (diagConn, error) {
@@ -83,7 +83,7 @@ func TestWatchScanCost(t *testing.T) {
 	}
 }
 
-func TestWatchReportsAListenerClose(t *testing.T) {
+func TestOpenScannerReportsAListenerClose(t *testing.T) {
 	w := watch(t, NewScanner(nil))
 	if w.Closed() == nil {
 		t.Skip("no sock_diag destroy broadcast here")
@@ -105,7 +105,7 @@ func TestWatchReportsAListenerClose(t *testing.T) {
 	select {
 	case _, ok := <-w.Closed():
 		if !ok {
-			t.Fatal("the Watch stopped telling")
+			t.Fatal("the OpenScanner stopped telling")
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a listener's close was not reported within 5 s")
@@ -155,13 +155,13 @@ func TestDestroyFilter(t *testing.T) {
 	}
 }
 
-func TestWatchOnProcFallbackIsNotTold(t *testing.T) {
+func TestOpenScannerOnProcFallbackIsNotTold(t *testing.T) {
 	s := NewScanner(nil)
 	s.fallback.Store(true)
-	w := s.Watch()
+	w := s.Open()
 	defer w.Close()
 	if w.Closed() != nil {
-		t.Error("a Watch on /proc/net/tcp claims to report closes")
+		t.Error("an OpenScanner on /proc/net/tcp claims to report closes")
 	}
 	if _, err := w.Listening(); err != nil {
 		t.Fatal(err)

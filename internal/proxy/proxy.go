@@ -110,7 +110,7 @@ func (p *Process) Pid() int {
 }
 
 // Wait blocks until the group's leader has exited and returns how. Call
-// it once, and Finish after it. Until Finish, what the leader left in its
+// it once, and KillLeftovers after it. Until then, what the leader left in its
 // group still runs: what runs then (an Envoy under a pilot-agent that
 // exited) outlived the leader, and what is gone died first.
 func (p *Process) Wait() reaper.Exit {
@@ -124,9 +124,9 @@ func (p *Process) Wait() reaper.Exit {
 	return e
 }
 
-// Finish kills whatever the leader left behind in its group, so that
+// KillLeftovers kills whatever the leader left behind in its group, so that
 // nothing of the proxy outlives it.
-func (p *Process) Finish() { p.signal(syscall.SIGKILL) }
+func (p *Process) KillLeftovers() { p.signal(syscall.SIGKILL) }
 
 // Exited is closed once the proxy has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }

@@ -42,7 +42,7 @@ func waitExit(t *testing.T, p *Process, d time.Duration) reaper.Exit {
 	ch := make(chan reaper.Exit, 1)
 	go func() {
 		e := p.Wait()
-		p.Finish()
+		p.KillLeftovers()
 		ch <- e
 	}()
 	select {
@@ -226,7 +226,7 @@ func TestStopByQuit(t *testing.T) {
 	}
 }
 
-// Finish, after Wait, kills what the leader left in its group.
+// KillLeftovers, after Wait, kills what the leader left in its group.
 func TestWaitKillsTheGroup(t *testing.T) {
 	p := run(t, Config{Command: []string{"/bin/sh", "-c", "sleep 60 & exit 3"}})
 	if e := waitExit(t, p, 5*time.Second); e.Code() != 3 {

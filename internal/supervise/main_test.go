@@ -256,14 +256,7 @@ func (h *harness) killProxy() {
 	}
 }
 
-func (h *harness) status() Status {
-	h.t.Helper()
-	st, ok := h.s.Status().(Status)
-	if !ok {
-		h.t.Fatalf("Status() is %T", h.s.Status())
-	}
-	return st
-}
+func (h *harness) status() control.Status { return h.s.Status() }
 
 // statusJSON is GET /v1/status over the control socket, decoded loosely so
 // that the wire names are checked.

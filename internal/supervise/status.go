@@ -162,30 +162,12 @@ func (s *Supervisor) hung() (bool, string) {
 	return false, ""
 }
 
-// Status is GET /v1/status.
-type Status struct {
-	State    string                     `json:"state"`
-	ProxyPID int                        `json:"proxy_pid"`
-	Ready    bool                       `json:"ready"`
-	Reason   string                     `json:"reason,omitempty"`
-	Draining bool                       `json:"draining"`
-	Peers    map[string]completion.Peer `json:"peers"`
-	Pending  []string                   `json:"pending,omitempty"`
-	Awaiting int                        `json:"awaiting"`
-	// RecordsError: peers/ no longer names the records directory the
-	// supervisor reads (completion.Book.Replaced).
-	RecordsError string  `json:"records_error,omitempty"`
-	ExitCode     *int    `json:"exit_code,omitempty"` // once fixed
-	DecidedBy    string  `json:"decided_by,omitempty"`
-	Uptime       float64 `json:"uptime_seconds"`
-}
-
 // Status returns the supervisor's state.
-func (s *Supervisor) Status() any {
+func (s *Supervisor) Status() control.Status {
 	st, _ := s.tracker.Status()
 	peers, verdict := s.book.Peers()
 	v := s.life.view()
-	out := Status{
+	out := control.Status{
 		State:    v.phase.String(),
 		Ready:    st.Ready && !v.readyAt.IsZero(),
 		Draining: v.draining,

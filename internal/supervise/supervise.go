@@ -348,7 +348,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 		{"tracker", s.tracker.Run},
 		{"readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) }},
 		{"learn", s.learnAtReady},
-		{"records", s.book.Watch},
+		{"records", s.book.KeepCurrent},
 		{"verdict", s.awaitVerdict},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -370,7 +370,7 @@ func (s *Supervisor) waitProxy() error {
 	// kill, not a death. Not before the hold: the tracker's end would end
 	// the group, the signals and the sockets with it.
 	s.tracker.Gone("proxy exited")
-	s.proc.Finish()
+	s.proc.KillLeftovers()
 	from, _ := s.life.move(Exited, e.String())
 	asked := from == Stopping
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
@@ -446,7 +446,7 @@ func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
 	select {
 	case <-gone:
 		s.log.Info("nothing the proxy's leader left in its group runs any more")
-	default: // SIGKILLed; Finish kills it again, and the PID namespace ends with us
+	default: // SIGKILLed; KillLeftovers kills it again, and the PID namespace ends with us
 	}
 }
 

@@ -164,7 +164,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 	}
 	return drain.Config{
 		Admin:           s.admin,
-		Watch:           func() drain.Watch { return s.scanner.Watch() },
+		OpenScanner:     func() drain.OpenScanner { return s.scanner.Open() },
 		Owner:           s.owner,
 		Min:             minimum,
 		Timeout:         s.cfg.DrainTimeout,
