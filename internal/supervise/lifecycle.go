@@ -52,7 +52,7 @@ var next = map[Phase][]Phase{
 // whichever comes first, start it, and both wait on the same end.
 type drainRun struct {
 	done    chan struct{}
-	started time.Time    // written before the drain runs
+	started time.Time    // on the supervisor's clock, written before the drain runs
 	result  drain.Result // written before done is closed
 	// thenStop: the proxy is to stop when the drain ends (SIGTERM asked for
 	// it, not only a preStop). Guarded by the lifecycle's mutex.
@@ -251,7 +251,7 @@ func (l *lifecycle) beginDrain(trigger string, thenStop bool) (run *drainRun, is
 	if _, ok := l.moveLocked(Draining, trigger); !ok {
 		return nil, false, false
 	}
-	l.drain = &drainRun{done: make(chan struct{}), started: time.Now(), thenStop: thenStop}
+	l.drain = &drainRun{done: make(chan struct{}), thenStop: thenStop}
 	return l.drain, true, thenStop
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/oklog/run"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
@@ -81,7 +82,10 @@ type Config struct {
 	Signals *Signals
 
 	Intervals Intervals
-	Log       *slog.Logger
+	// Clock times the termination: its windows and bounds, the drain and
+	// the proxy's stop sequence; nil means the system's.
+	Clock clock.Clock
+	Log   *slog.Logger
 }
 
 // Intervals pace the supervisor's polls. Zero fields mean the defaults,
@@ -134,6 +138,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = DefaultGracePeriod
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Supervisor{
 		cfg:      cfg,
 		log:      cfg.Log,
@@ -177,6 +182,7 @@ func New(cfg Config) (*Supervisor, error) {
 		QuitGrace:   cfg.QuitGrace,
 		StopTimeout: cfg.StopTimeout,
 		Escalated:   s.m.escalated,
+		Clock:       cfg.Clock,
 		Log:         cfg.Log,
 	})
 	return s, nil

@@ -127,6 +127,7 @@ func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 		return nil
 	}
 	if isNew {
+		run.started = s.cfg.Clock.Now()
 		go s.runDrain(run, trigger)
 	} else {
 		s.log.Info("drain already started", "trigger", trigger)
@@ -176,6 +177,7 @@ func (s *Supervisor) drainConfig(trigger string) drain.Config {
 		StatsEvery:      s.cfg.Intervals.DrainStats,
 		Progress:        s.cfg.Intervals.DrainProgress,
 		Quiet:           s.cfg.Intervals.DrainQuiet,
+		Clock:           s.cfg.Clock,
 		Log:             s.log.With("trigger", trigger),
 	}
 }
@@ -199,7 +201,7 @@ func (s *Supervisor) runDrain(run *drainRun, trigger string) {
 func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
 	cfg := s.drainConfig(trigger)
 	cfg.Recheck = true
-	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
+	cfg.Timeout = max(run.started.Add(s.cfg.DrainTimeout).Sub(s.cfg.Clock.Now()), 0)
 	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
 }
 
