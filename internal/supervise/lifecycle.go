@@ -54,9 +54,6 @@ type drainRun struct {
 	done    chan struct{}
 	started time.Time    // on the supervisor's clock, written before the drain runs
 	result  drain.Result // written before done is closed
-	// thenStop: the proxy is to stop when the drain ends (SIGTERM asked for
-	// it, not only a preStop). Guarded by the lifecycle's mutex.
-	thenStop bool
 }
 
 // lifecycle is the one owner of the supervisor's phase, of the exit code,
@@ -234,25 +231,22 @@ func (l *lifecycle) drainRunning() *drainRun {
 
 // beginDrain starts the termination's drain, moving to Draining, or joins
 // the one under way. It returns nil when the proxy is already stopping or
-// gone, since there is nothing left to drain. isNew tells the caller to run
-// the drain. With thenStop the proxy is to stop when the drain ends;
-// stopOwner tells the one caller that asked for it first to see to that.
-func (l *lifecycle) beginDrain(trigger string, thenStop bool) (run *drainRun, isNew, stopOwner bool) {
+// gone, since there is nothing left to drain. isNew tells the caller (the
+// termination actor) to run the drain.
+func (l *lifecycle) beginDrain(trigger string) (run *drainRun, isNew bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.drain != nil {
 		if l.phase != Draining {
-			return nil, false, false
+			return nil, false
 		}
-		stopOwner = thenStop && !l.drain.thenStop
-		l.drain.thenStop = l.drain.thenStop || thenStop
-		return l.drain, false, stopOwner
+		return l.drain, false
 	}
 	if _, ok := l.moveLocked(Draining, trigger); !ok {
-		return nil, false, false
+		return nil, false
 	}
-	l.drain = &drainRun{done: make(chan struct{}), thenStop: thenStop}
-	return l.drain, true, thenStop
+	l.drain = &drainRun{done: make(chan struct{})}
+	return l.drain, true
 }
 
 // noteEnvoyDown records when a ready Envoy stopped answering: only once the

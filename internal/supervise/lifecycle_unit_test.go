@@ -59,22 +59,19 @@ func TestLifecycleMoves(t *testing.T) {
 func TestBeginDrainIsShared(t *testing.T) {
 	l, _ := newTestLifecycle()
 	l.move(Ready, "test")
-	run, isNew, stopOwner := l.beginDrain("preStop", false)
-	if run == nil || !isNew || stopOwner {
-		t.Fatalf("first preStop: run %v, new %v, stopOwner %v", run != nil, isNew, stopOwner)
+	run, isNew := l.beginDrain("preStop")
+	if run == nil || !isNew {
+		t.Fatalf("first preStop: run %v, new %v", run != nil, isNew)
 	}
-	again, isNew, stopOwner := l.beginDrain("SIGTERM", true)
-	if again != run || isNew || !stopOwner {
-		t.Fatalf("SIGTERM joins the drain and owns the stop: same %v, new %v, stopOwner %v", again == run, isNew, stopOwner)
-	}
-	if _, _, stopOwner := l.beginDrain("SIGTERM", true); stopOwner {
-		t.Fatal("a second SIGTERM must not own the stop again")
+	again, isNew := l.beginDrain("SIGTERM")
+	if again != run || isNew {
+		t.Fatalf("SIGTERM joins the drain: same %v, new %v", again == run, isNew)
 	}
 	if v := l.view(); v.phase != Draining || !v.draining {
 		t.Fatalf("view %+v", v)
 	}
 	l.move(Stopping, "drained")
-	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+	if run, _ := l.beginDrain("preStop"); run != nil {
 		t.Fatal("a drain began while stopping")
 	}
 	if !l.view().draining {
@@ -85,7 +82,7 @@ func TestBeginDrainIsShared(t *testing.T) {
 func TestBeginDrainAfterStopHasNothingToDrain(t *testing.T) {
 	l, _ := newTestLifecycle()
 	l.move(Stopping, "peers completed")
-	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+	if run, _ := l.beginDrain("preStop"); run != nil {
 		t.Fatal("a drain began while stopping")
 	}
 }

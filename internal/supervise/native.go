@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
@@ -39,7 +38,7 @@ import (
 // once with 143, as in every mode. Every other native SIGTERM exits 0.
 
 // nativeTerminate is a native sidecar's SIGTERM (or SIGINT) once the proxy
-// has been ready.
+// has been ready; the termination actor's.
 func (s *Supervisor) nativeTerminate(name string) {
 	alive, what := s.appAlive()
 	if !alive {
@@ -57,7 +56,10 @@ func (s *Supervisor) nativeTerminate(name string) {
 		s.log.Info("already stopping", "signal", name)
 		return
 	}
-	time.AfterFunc(hold, func() { s.stop(name + ": the sidecar restarts while the app runs") })
+	if s.term.restartHold == nil {
+		s.term.restartHold = s.term.clk.NewTimer(hold)
+		s.term.holdWhy = name + ": the sidecar restarts while the app runs"
+	}
 }
 
 // appAlive reports whether the app still runs, and what says so: a peer

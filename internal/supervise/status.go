@@ -66,18 +66,17 @@ func (s *Supervisor) Complete(ctx context.Context, c control.Completion) error {
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	if ready := s.life.record(Event{Kind: PreStop}); !ready {
-		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
-		return true, control.NeverReady
-	}
-	run := s.drain("preStop", false)
-	if run == nil {
+	r := &request{preStop: true}
+	if !s.tell(r) {
+		// The proxy has exited: the actor that would answer has ended.
+		if !s.life.everReady() {
+			return true, control.NeverReady
+		}
 		return true, control.AlreadyStopping
 	}
-	if s.cfg.Policy.Native {
-		// The kubelet holds a native sidecar's SIGTERM until the app has
-		// exited: waiting here too would only put it off (see native.go).
-		return true, control.NativeSidecar
+	run := r.answer.run
+	if run == nil {
+		return true, r.answer.word
 	}
 	select {
 	case <-run.done:
