@@ -38,11 +38,11 @@ func (p Phase) String() string {
 	return phaseNames[p]
 }
 
-// next lists the legal moves. A drain starts only once the tracker has seen
-// the proxy ready, but that is an instant before the move to Ready, so a
-// drain may start from Starting; the proxy can exit in any phase.
+// next lists the legal moves. A drain starts only once the proxy has been
+// ready (the lifecycle says so under the lock that moves it to Ready), so
+// never from Starting; the proxy can exit in any phase.
 var next = map[Phase][]Phase{
-	Starting: {Ready, Draining, Stopping, Exited},
+	Starting: {Ready, Stopping, Exited},
 	Ready:    {Draining, Stopping, Exited},
 	Draining: {Stopping, Exited},
 	Stopping: {Exited},
@@ -67,7 +67,7 @@ type drainRun struct {
 // termination message) follows it.
 type lifecycle struct {
 	log     *slog.Logger
-	onPhase func(Phase) // told of every move, in order (the state gauge)
+	onPhase func(Phase) // told of every move once the lock is released (the state gauge)
 
 	mu        sync.Mutex
 	phase     Phase
@@ -78,11 +78,17 @@ type lifecycle struct {
 	decision  decision  // the exit code, once an event has fixed it
 
 	readied chan struct{} // closed once the first readiness is noted and announced
-	decided chan struct{} // closed once an event has fixed the exit code
+	moves   []phaseMove   // made under mu, told and logged once it is released
+}
+
+// phaseMove is one move, told after the lock.
+type phaseMove struct {
+	from, to Phase
+	why      string
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{}), decided: make(chan struct{})}
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -92,47 +98,49 @@ func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
 // applied.
 func (l *lifecycle) move(to Phase, why string) (from Phase, ok bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	return l.moveLocked(to, why)
 }
 
 func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 	from := l.phase
 	if !slices.Contains(next[from], to) {
-		l.log.Debug("phase change refused", "from", from.String(), "to", to.String(), "reason", why)
 		return from, false
 	}
 	l.phase, l.why = to, why
-	l.onPhase(to)
-	l.log.Info("phase changed", "from", from.String(), "to", to.String(), "reason", why)
+	l.moves = append(l.moves, phaseMove{from, to, why})
 	return from, true
 }
 
-// record takes an event. The first decisive one fixes the exit code (as
-// ExitCode would over the whole sequence); the rest change nothing and are
-// dropped, so a signal storm costs no memory. The one exception, a proxy's
-// own exit in the middle of the drain, is decision.take's. A signal's or a
-// preStop's EverReady is the lifecycle's own, read under the same lock as
-// the decision: between a caller's read and its record the first
+// unlock releases the lock, then tells the gauge and the log of the moves
+// made under it: no callback, and no log line, runs under the lock. Two
+// goroutines may tell theirs in either order; the gauge only moves
+// forward, as the phase does.
+func (l *lifecycle) unlock() {
+	moves := l.moves
+	l.moves = nil
+	l.mu.Unlock()
+	for _, m := range moves {
+		l.onPhase(m.to)
+		l.log.Info("phase changed", "from", m.from.String(), "to", m.to.String(), "reason", m.why)
+	}
+}
+
+// record takes an event. The first decisive one fixes the exit code; the
+// rest change nothing and are dropped, so a signal storm costs no memory.
+// The one exception, a proxy's own exit in the middle of the drain, is
+// decision.take's. Whether the proxy has been ready, on which a signal's
+// and a preStop's code depend, is the lifecycle's own, read under the lock
+// that fixes the code: between a caller's read and its record the first
 // readiness could otherwise be taken, and the app told so, while the code
 // and the stop went the never-ready way. It returns that answer.
 func (l *lifecycle) record(e Event) (everReady bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	everReady = !l.readyAt.IsZero()
-	if e.Kind == Signal || e.Kind == PreStop {
-		e.EverReady = everReady
-	}
-	was := l.decision.decided
-	l.decision = l.decision.take(e, time.Now())
-	if !was && l.decision.decided {
-		close(l.decided)
-	}
+	l.decision = l.decision.take(e, everReady, time.Now())
 	return everReady
 }
-
-// decidedCh is closed once an event has fixed the exit code.
-func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 
 // becameReady records the proxy's first readiness: when, and the move to
 // Ready. It reports whether this was the first; only then does the caller
@@ -145,7 +153,7 @@ func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 // too, even in the instant before the move to Stopping.
 func (l *lifecycle) becameReady(at time.Time, why string) (first bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if !l.readyAt.IsZero() || l.refusedLocked() {
 		return false
 	}
@@ -235,7 +243,7 @@ func (l *lifecycle) drainRunning() *drainRun {
 // termination actor) to run the drain.
 func (l *lifecycle) beginDrain(trigger string) (run *drainRun, isNew bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.drain != nil {
 		if l.phase != Draining {
 			return nil, false

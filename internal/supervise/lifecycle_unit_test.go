@@ -23,7 +23,7 @@ func TestLifecycleMoves(t *testing.T) {
 	}{
 		{"a Job", []Phase{Ready, Stopping, Exited}, []bool{true, true, true}, Exited},
 		{"a deletion", []Phase{Ready, Draining, Stopping, Exited}, []bool{true, true, true, true}, Exited},
-		{"a preStop before ready, then ready", []Phase{Draining, Ready, Stopping}, []bool{true, false, true}, Stopping},
+		{"no drain before ready", []Phase{Draining, Ready, Draining, Stopping}, []bool{false, true, true, true}, Stopping},
 		{"a crash while starting", []Phase{Exited, Ready, Stopping}, []bool{true, false, false}, Exited},
 		{"no way back", []Phase{Ready, Stopping, Draining, Ready, Starting}, []bool{true, true, false, false, false}, Stopping},
 		{"a second stop", []Phase{Stopping, Stopping}, []bool{true, false}, Stopping},
@@ -142,7 +142,7 @@ func TestNoFirstReadinessOnceAStopIsDecided(t *testing.T) {
 	if !l.becameReady(time.Now(), "test") || l.neverReady() != "" {
 		t.Fatal("a preStop before readiness refused it")
 	}
-	// The signal's EverReady is the lifecycle's, whatever the caller says.
+	// Whether the proxy has been ready is the lifecycle's to say.
 	if ready := l.record(Event{Kind: Signal, Signal: syscall.SIGTERM}); !ready {
 		t.Fatal("record says not ready after the first readiness")
 	}
