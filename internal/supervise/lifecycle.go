@@ -81,10 +81,11 @@ type lifecycle struct {
 	moves   []phaseMove   // made under mu, told and logged once it is released
 }
 
-// phaseMove is one move, told after the lock.
+// phaseMove is one move, or one refused, told after the lock.
 type phaseMove struct {
 	from, to Phase
 	why      string
+	refused  bool
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
@@ -105,10 +106,11 @@ func (l *lifecycle) move(to Phase, why string) (from Phase, ok bool) {
 func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 	from := l.phase
 	if !slices.Contains(next[from], to) {
+		l.moves = append(l.moves, phaseMove{from, to, why, true})
 		return from, false
 	}
 	l.phase, l.why = to, why
-	l.moves = append(l.moves, phaseMove{from, to, why})
+	l.moves = append(l.moves, phaseMove{from, to, why, false})
 	return from, true
 }
 
@@ -121,6 +123,10 @@ func (l *lifecycle) unlock() {
 	l.moves = nil
 	l.mu.Unlock()
 	for _, m := range moves {
+		if m.refused {
+			l.log.Debug("phase change refused", "from", m.from.String(), "to", m.to.String(), "reason", m.why)
+			continue
+		}
 		l.onPhase(m.to)
 		l.log.Info("phase changed", "from", m.from.String(), "to", m.to.String(), "reason", m.why)
 	}
@@ -269,8 +275,9 @@ func (l *lifecycle) noteEnvoyDown(at time.Time) {
 	}
 }
 
-// view is a consistent snapshot of the lifecycle.
-type view struct {
+// snapshot is a consistent read of the lifecycle, for every reader that
+// wants more than one of its fields (the status, the exit line, the summary).
+type snapshot struct {
 	phase     Phase
 	why       string
 	draining  bool // a drain has started (it stays true while stopping)
@@ -282,11 +289,11 @@ type view struct {
 	decidedAt time.Time
 }
 
-func (l *lifecycle) view() view {
+func (l *lifecycle) snapshot() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d := l.decision
-	return view{
+	return snapshot{
 		phase: l.phase, why: l.why, draining: l.drain != nil,
 		code: d.code, decidedBy: d.why, decided: d.decided,
 		envoyDown: l.envoyDown, readyAt: l.readyAt, decidedAt: d.at,

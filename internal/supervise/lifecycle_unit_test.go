@@ -40,7 +40,7 @@ func TestLifecycleMoves(t *testing.T) {
 					want = append(want, to)
 				}
 			}
-			if got := l.view().phase; got != tt.end {
+			if got := l.snapshot().phase; got != tt.end {
 				t.Errorf("phase %v, want %v", got, tt.end)
 			}
 			// The gauge hears of every applied move, and of nothing else.
@@ -67,14 +67,14 @@ func TestBeginDrainIsShared(t *testing.T) {
 	if again != run || isNew {
 		t.Fatalf("SIGTERM joins the drain: same %v, new %v", again == run, isNew)
 	}
-	if v := l.view(); v.phase != Draining || !v.draining {
+	if v := l.snapshot(); v.phase != Draining || !v.draining {
 		t.Fatalf("view %+v", v)
 	}
 	l.move(Stopping, "drained")
 	if run, _ := l.beginDrain("preStop"); run != nil {
 		t.Fatal("a drain began while stopping")
 	}
-	if !l.view().draining {
+	if !l.snapshot().draining {
 		t.Fatal("the drain that happened is forgotten")
 	}
 }
@@ -126,7 +126,7 @@ func TestNoFirstReadinessOnceAStopIsDecided(t *testing.T) {
 			if l.becameReady(time.Now(), "test") {
 				t.Fatal("the first readiness was taken after the stop")
 			}
-			if v := l.view(); l.everReady() || !v.readyAt.IsZero() || v.phase == Ready {
+			if v := l.snapshot(); l.everReady() || !v.readyAt.IsZero() || v.phase == Ready {
 				t.Fatalf("ever ready %v, view %+v", l.everReady(), v)
 			}
 			if l.neverReady() == "" {

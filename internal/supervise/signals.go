@@ -92,10 +92,10 @@ func (s *Supervisor) handleSignals(ctx context.Context, sigs *Signals) error {
 	}
 }
 
-// stoppedEarly answers a stop signal that came before the proxy was
+// stopSignalBeforeFork answers a stop signal that came before the proxy was
 // started: there is nothing to drain or stop, so the supervisor exits with
 // the table's code (128+N) without forking it.
-func (s *Supervisor) stoppedEarly(sigs *Signals) (code int, stopped bool) {
+func (s *Supervisor) stopSignalBeforeFork(sigs *Signals) (code int, stopped bool) {
 	select {
 	case v := <-sigs.stops:
 		sig := v.(syscall.Signal)
@@ -118,7 +118,7 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT:
 		// The termination actor's to act on; once it has ended, the proxy
 		// has exited and nothing is left to stop.
-		s.tell(&request{sig: sig})
+		s.toTermination(&termEvent{sig: sig})
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its
 		// handlers are installed; before that the signal kills it. Sent to

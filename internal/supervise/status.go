@@ -33,7 +33,7 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 			case <-s.life.readiedCh():
 				return true, ""
 			case <-ctx.Done():
-				return false, s.notTaken()
+				return false, s.whyReadyNotTaken()
 			}
 		}
 		select {
@@ -66,8 +66,8 @@ func (s *Supervisor) Complete(ctx context.Context, c control.Completion) error {
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	r := &request{preStop: true}
-	if !s.tell(r) {
+	r := &termEvent{preStop: true}
+	if !s.toTermination(r) {
 		// The proxy has exited: the actor that would answer has ended.
 		if !s.life.everReady() {
 			return true, control.NeverReady
@@ -107,10 +107,10 @@ func drainWord(e drain.End) string {
 	return string(e)
 }
 
-// notTaken is why a proxy that its admin API says is ready is not, for
+// whyReadyNotTaken is why a proxy that its admin API says is ready is not, for
 // every reader: its first readiness is refused (a stop came first), or not
 // yet noted by the readiness actor.
-func (s *Supervisor) notTaken() string {
+func (s *Supervisor) whyReadyNotTaken() string {
 	if why := s.life.neverReady(); why != "" {
 		return why
 	}
@@ -130,7 +130,7 @@ func (s *Supervisor) healthReady() (bool, string) {
 	case !st.Ready:
 		return false, st.Reason
 	case !s.life.everReady():
-		return false, s.notTaken()
+		return false, s.whyReadyNotTaken()
 	}
 	return true, ""
 }
@@ -183,7 +183,7 @@ type Status struct {
 func (s *Supervisor) Status() any {
 	st, _ := s.tracker.Status()
 	peers, verdict := s.book.Peers()
-	v := s.life.view()
+	v := s.life.snapshot()
 	out := Status{
 		State:    v.phase.String(),
 		Ready:    st.Ready && !v.readyAt.IsZero(),
@@ -198,7 +198,7 @@ func (s *Supervisor) Status() any {
 	case !st.Ready:
 		out.Reason = st.Reason
 	case !out.Ready:
-		out.Reason = s.notTaken()
+		out.Reason = s.whyReadyNotTaken()
 	}
 	if err := s.book.Replaced(); err != nil {
 		out.RecordsError = err.Error()

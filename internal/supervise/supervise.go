@@ -112,9 +112,9 @@ type Supervisor struct {
 	book   *completion.Book
 	proc   *proxy.Process // forked by Run
 
-	requests   chan *request // to the termination actor
-	terminated chan struct{} // closed when the termination actor returns
-	term       terminator    // the termination actor's own
+	termEvents chan *termEvent // to the termination actor
+	terminated chan struct{}   // closed when the termination actor returns
+	term       termination     // the termination actor's own
 
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
@@ -146,7 +146,7 @@ func New(cfg Config) (*Supervisor, error) {
 		log:        cfg.Log,
 		scanner:    portwatch.NewScanner(cfg.Log),
 		start:      time.Now(),
-		requests:   make(chan *request),
+		termEvents: make(chan *termEvent),
 		terminated: make(chan struct{}),
 	}
 	s.term.clk = cfg.Clock
@@ -232,7 +232,7 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if code, stopped := s.stoppedEarly(sigs); stopped {
+	if code, stopped := s.stopSignalBeforeFork(sigs); stopped {
 		closeAll(sock, hs)
 		return code, nil
 	}
@@ -318,7 +318,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 
 	// Another actor ended first: the proxy stops, or what its leader left
 	// (leaderExited) does. Once the proxy has exited, nothing is asked.
-	add("proxy", s.terminate, func(error) { s.tell(&request{shutdown: true}) })
+	add("proxy", s.terminationActor, func(error) { s.toTermination(&termEvent{shutdown: true}) })
 	for _, a := range []struct {
 		name string
 		run  func(context.Context) error

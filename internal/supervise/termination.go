@@ -24,11 +24,11 @@ import (
 // It is the group's proxy actor: it returns once the proxy has exited (and
 // what its leader left in its group is gone), and that ends the group.
 
-// request is an event from another goroutine: a stop signal, the preStop
+// termEvent is an event from another goroutine: a stop signal, the preStop
 // hook, or the group's end. Its sender waits until the actor has acted on
 // it (handled), so that what the event decided (the exit code, the drain)
 // is there to read when the sender goes on.
-type request struct {
+type termEvent struct {
 	sig      syscall.Signal // a stop signal: SIGTERM, SIGINT or SIGQUIT
 	preStop  bool
 	shutdown bool // another actor ended the group
@@ -44,9 +44,9 @@ type preStopAnswer struct {
 	word string
 }
 
-// terminator is the termination actor's state: its own, and no other
+// termination is the termination actor's state: its own, and no other
 // goroutine's.
-type terminator struct {
+type termination struct {
 	clk clock.Clock
 
 	verdictTurn <-chan struct{} // the book's next verdict; nil once done
@@ -71,7 +71,7 @@ type terminator struct {
 	recheckDone     chan struct{} // a SIGTERM's re-check of an ended drain
 
 	// What the proxy's leader left in its group, held until the drain
-	// ends (holdRemains).
+	// ends (leaderExited).
 	leaderExit *reaper.Exit
 	left       <-chan struct{} // closed once nothing of the group is left
 	remains    <-chan struct{} // left, until it has been acted on
@@ -86,13 +86,13 @@ func timerC(t clock.Timer) <-chan time.Time {
 	return t.C()
 }
 
-// tell hands r to the actor and waits until it has acted on it. It reports
+// toTermination hands r to the actor and waits until it has acted on it. It reports
 // false when the actor has ended: the proxy has exited, and nothing is left
 // to decide.
-func (s *Supervisor) tell(r *request) bool {
+func (s *Supervisor) toTermination(r *termEvent) bool {
 	r.handled = make(chan struct{})
 	select {
-	case s.requests <- r:
+	case s.termEvents <- r:
 	case <-s.terminated:
 		return false
 	}
@@ -100,9 +100,9 @@ func (s *Supervisor) tell(r *request) bool {
 	return true
 }
 
-// terminate is the termination actor. It runs from the fork until the
+// terminationActor is the termination actor. It runs from the fork until the
 // proxy's exit.
-func (s *Supervisor) terminate() error {
+func (s *Supervisor) terminationActor() error {
 	defer close(s.terminated)
 	t := &s.term
 	exited := make(chan reaper.Exit, 1)
@@ -110,7 +110,7 @@ func (s *Supervisor) terminate() error {
 	s.verdictChanged()
 	for {
 		select {
-		case r := <-s.requests:
+		case r := <-s.termEvents:
 			s.handle(r)
 			close(r.handled)
 		case <-t.verdictTurn:
@@ -145,8 +145,8 @@ func (s *Supervisor) terminate() error {
 	}
 }
 
-// handle acts on a request.
-func (s *Supervisor) handle(r *request) {
+// handle acts on an event from another goroutine.
+func (s *Supervisor) handle(r *termEvent) {
 	switch {
 	case r.shutdown:
 		s.stop("shutting down")
@@ -403,7 +403,7 @@ func (s *Supervisor) proxyExited(e reaper.Exit) {
 	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
 	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
 
-	v := s.life.view()
+	v := s.life.snapshot()
 	attrs := []any{"pid", s.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
 	if !v.envoyDown.IsZero() && !asked {
 		attrs = append(attrs, "envoy_died_at", v.envoyDown.Format(time.RFC3339Nano))
