@@ -83,6 +83,26 @@ func (f *Fake) WaitArmed(at time.Time, within time.Duration) bool {
 	}
 }
 
+// Next waits, for no longer than within of real time, until a timer is
+// armed, and gives the earliest.
+func (f *Fake) Next(within time.Duration) (time.Time, bool) {
+	bound := time.NewTimer(within)
+	defer bound.Stop()
+	for {
+		f.mu.Lock()
+		armed, changed := len(f.timers) > 0, f.changed
+		f.mu.Unlock()
+		if armed {
+			return f.Armed()[0], true
+		}
+		select {
+		case <-changed:
+		case <-bound.C:
+			return time.Time{}, false
+		}
+	}
+}
+
 // Armed is when each armed timer fires, earliest first.
 func (f *Fake) Armed() []time.Time {
 	f.mu.Lock()
