@@ -45,20 +45,21 @@ func Or(c Clock) Clock {
 }
 
 // WithTimeout is context.WithTimeout on c's time: the context ends once d
-// has passed on c (or its parent ends).
+// has passed on c (or its parent ends). On a clock other than the system's
+// its Err is then context.Canceled: what is bounded only needs its end.
 func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := c.(system); ok {
 		return context.WithTimeout(parent, d)
 	}
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := context.WithCancel(parent)
 	t := c.NewTimer(d)
 	go func() {
 		defer t.Stop()
 		select {
 		case <-t.C():
-			cancel(context.DeadlineExceeded)
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() { cancel(context.Canceled) }
+	return ctx, cancel
 }
