@@ -4,10 +4,11 @@
 // lifecycle that it owns.
 //
 // The group lives exactly as long as the proxy. Every way out (a signal, the
-// app's completion, the failure of an actor) asks the proxy to stop, and the
-// proxy's exit ends the group. The reaper is not in the group: it outlives
-// it, so that the proxy's exit is always delivered. The exit code is fixed by
-// the first decisive event (see ExitCode), not by the last.
+// app's completion, the failure of an actor) is an event for the termination
+// actor, which alone stops the proxy, and whose return at the proxy's exit
+// ends the group. The reaper is not in the group: it outlives it, so that
+// the proxy's exit is always delivered. The exit code is fixed by the first
+// decisive event (see decision.take), not by the last.
 package supervise
 
 import (

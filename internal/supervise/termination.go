@@ -86,9 +86,9 @@ func timerC(t clock.Timer) <-chan time.Time {
 	return t.C()
 }
 
-// toTermination hands r to the actor and waits until it has acted on it. It reports
-// false when the actor has ended: the proxy has exited, and nothing is left
-// to decide.
+// toTermination hands r to the actor and waits until it has acted on it.
+// It reports false when the actor has ended: the proxy has exited, and
+// nothing is left to decide.
 func (s *Supervisor) toTermination(r *termEvent) bool {
 	r.handled = make(chan struct{})
 	select {
