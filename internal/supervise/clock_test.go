@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -196,5 +197,35 @@ func TestNativeRulesOnTheClock(t *testing.T) {
 				t.Errorf("the stop does not say %q", want)
 			}
 		})
+	}
+}
+
+// A SIGTERM within the deletion wait is the pod's deletion: it decides 0
+// and ends the wait at once (its timer is disarmed), and the proxy stops
+// once the drain it started has ended.
+func TestDeletionDecidedOnTheClock(t *testing.T) {
+	const window = 3 * time.Second
+	clk := clocktest.New()
+	h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) { c.DeletionWindow = window }))
+	h.waitReady()
+	began := clk.Now()
+	h.complete("app", 143, "signaled")
+	if !clk.WaitArmed(began.Add(window), armedWithin) {
+		t.Fatalf("no timer armed for the deletion window; armed at %v", since(began, clk.Armed()))
+	}
+	h.signal(syscall.SIGTERM)
+	if s := h.status(); s.ExitCode == nil || *s.ExitCode != 0 || s.DecidedBy != "SIGTERM" {
+		t.Fatalf("after SIGTERM: %+v; want 0, decided by SIGTERM", s)
+	}
+	if slices.Contains(clk.Armed(), began.Add(window)) {
+		t.Fatal("the deletion window's timer is still armed after the SIGTERM decided")
+	}
+	// The drain (no app, no connection) ends after its quiet period, check
+	// by check.
+	if !clk.AdvanceUntil(h.done, 10*time.Second) {
+		t.Fatalf("Run did not return; armed at %v", since(began, clk.Armed()))
+	}
+	if h.code != 0 {
+		t.Fatalf("Run = %d, want 0", h.code)
 	}
 }

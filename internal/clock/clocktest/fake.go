@@ -103,6 +103,26 @@ func (f *Fake) Next(within time.Duration) (time.Time, bool) {
 	}
 }
 
+// AdvanceUntil moves the time from one armed timer to the next, as fast as
+// the code under test arms them, until done is closed; it reports false if
+// that takes longer than within of real time.
+func (f *Fake) AdvanceUntil(done <-chan struct{}, within time.Duration) bool {
+	bound := time.Now().Add(within)
+	for {
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		if time.Now().After(bound) {
+			return false
+		}
+		if at, ok := f.Next(100 * time.Millisecond); ok {
+			f.Advance(at.Sub(f.Now()))
+		}
+	}
+}
+
 // Armed is when each armed timer fires, earliest first.
 func (f *Fake) Armed() []time.Time {
 	f.mu.Lock()
