@@ -13,30 +13,30 @@ import (
 // and what its end means is the termination actor's (termination.go).
 
 // drainConfig is the drain's config for one trigger.
-func (s *Supervisor) drainConfig(trigger string) drain.Config {
+func (t *termination) drainConfig(trigger string) drain.Config {
 	// --drain-min keeps Envoy accepting while the pod leaves the endpoints
 	// and its app still serves. A native sidecar's drain ends nothing: its
 	// end is the kubelet's SIGTERM, once the app has gone (native.go).
-	minimum := s.cfg.DrainMin
-	if s.cfg.Policy.Native {
+	minimum := t.cfg.DrainMin
+	if t.cfg.Policy.Native {
 		minimum = 0
 	}
 	return drain.Config{
-		Admin:           s.cfg.Admin,
-		Watch:           func() drain.Watch { return s.scanner.Watch() },
-		Owner:           s.cfg.Owner,
+		Admin:           t.cfg.Admin,
+		Watch:           func() drain.Watch { return t.scanner.Watch() },
+		Owner:           t.cfg.Owner,
 		Min:             minimum,
-		Timeout:         s.cfg.DrainTimeout,
-		Delay:           s.cfg.DrainDelay,
-		Call:            s.drainCallFor,
-		HealthcheckFail: s.cfg.DrainHealthcheckFail,
-		Running:         s.book.Running,
-		Tick:            s.cfg.Intervals.DrainTick,
-		StatsEvery:      s.cfg.Intervals.DrainStats,
-		Progress:        s.cfg.Intervals.DrainProgress,
-		Quiet:           s.cfg.Intervals.DrainQuiet,
-		Clock:           s.cfg.Clock,
-		Log:             s.log.With("trigger", trigger),
+		Timeout:         t.cfg.DrainTimeout,
+		Delay:           t.cfg.DrainDelay,
+		Call:            t.drainCallFor,
+		HealthcheckFail: t.cfg.DrainHealthcheckFail,
+		Running:         t.book.Running,
+		Tick:            t.cfg.Intervals.DrainTick,
+		StatsEvery:      t.cfg.Intervals.DrainStats,
+		Progress:        t.cfg.Intervals.DrainProgress,
+		Quiet:           t.cfg.Intervals.DrainQuiet,
+		Clock:           t.cfg.Clock,
+		Log:             t.log.With("trigger", trigger),
 	}
 }
 
@@ -48,19 +48,19 @@ func (s *Supervisor) learnedPorts() []uint16 {
 	return nil
 }
 
-func (s *Supervisor) runDrain(run *drainRun, trigger string) {
-	run.result = drain.Run(s.drainConfig(trigger), s.learnedPorts(), s.book.Settled())
-	s.m.drained(run.result)
+func (t *termination) runDrain(run *drainRun, trigger string) {
+	run.result = drain.Run(t.drainConfig(trigger), t.learnedPorts(), t.book.Settled())
+	t.m.drained(run.result)
 	close(run.done)
 }
 
 // recheckDrain waits again for the drain's condition, within what is left
 // of the first drain's bound: the listeners are drained already.
-func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
-	cfg := s.drainConfig(trigger)
+func (t *termination) recheckDrain(run *drainRun, trigger string) {
+	cfg := t.drainConfig(trigger)
 	cfg.Recheck = true
-	cfg.Timeout = max(run.started.Add(s.cfg.DrainTimeout).Sub(s.cfg.Clock.Now()), 0)
-	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
+	cfg.Timeout = max(run.started.Add(t.cfg.DrainTimeout).Sub(t.cfg.Clock.Now()), 0)
+	drain.Run(cfg, t.learnedPorts(), t.book.Settled())
 }
 
 // drainCallFor is the drain call for Envoy's release: the one learned at

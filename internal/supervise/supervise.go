@@ -150,7 +150,7 @@ func New(cfg Config) (*Supervisor, error) {
 		termEvents: make(chan *termEvent),
 		terminated: make(chan struct{}),
 	}
-	s.term.clk = cfg.Clock
+	s.term = termination{Supervisor: s, clk: cfg.Clock}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
 	var also func(context.Context) string
@@ -319,7 +319,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 
 	// Another actor ended first: the proxy stops, or what its leader left
 	// (leaderExited) does. Once the proxy has exited, nothing is asked.
-	add("proxy", s.terminationActor, func(error) { s.toTermination(&termEvent{shutdown: true}) })
+	add("proxy", s.term.loop, func(error) { s.toTermination(&termEvent{shutdown: true}) })
 	for _, a := range []struct {
 		name string
 		run  func(context.Context) error

@@ -44,9 +44,13 @@ type preStopAnswer struct {
 	word string
 }
 
-// termination is the termination actor's state: its own, and no other
-// goroutine's.
+// termination is the termination actor: its methods run on its goroutine
+// alone (loop), and its fields are its own, read and written by no other.
+// It reaches the supervisor's parts (the lifecycle, the proxy, the book,
+// the config) through the embedded Supervisor, whose methods never reach
+// back into it but through toTermination.
 type termination struct {
+	*Supervisor
 	clk clock.Clock
 
 	verdictTurn <-chan struct{} // the book's next verdict; nil once done
@@ -100,84 +104,83 @@ func (s *Supervisor) toTermination(r *termEvent) bool {
 	return true
 }
 
-// terminationActor is the termination actor. It runs from the fork until the
+// loop is the termination actor. It runs from the fork until the
 // proxy's exit.
-func (s *Supervisor) terminationActor() error {
-	defer close(s.terminated)
-	t := &s.term
+func (t *termination) loop() error {
+	defer close(t.terminated)
 	exited := make(chan reaper.Exit, 1)
-	go func() { exited <- s.proc.Wait() }()
-	s.verdictChanged()
+	go func() { exited <- t.proc.Wait() }()
+	t.verdictChanged()
 	for {
 		select {
-		case r := <-s.termEvents:
-			s.handle(r)
+		case r := <-t.termEvents:
+			t.handle(r)
 			close(r.handled)
 		case <-t.verdictTurn:
-			s.verdictChanged()
+			t.verdictChanged()
 		case <-timerC(t.deletion):
-			s.deletionWindowEnded()
+			t.deletionWindowEnded()
 		case <-timerC(t.restartHold):
 			t.restartHold = nil
-			s.stop(t.holdWhy)
+			t.stop(t.holdWhy)
 		case <-t.drainDone:
-			s.drainEnded()
+			t.drainEnded()
 		case <-t.recheckDone:
 			t.recheckDone = nil
-			s.stop(t.stopTrigger)
+			t.stop(t.stopTrigger)
 		case e := <-exited:
-			if !s.leaderExited(e) {
-				s.proxyExited(e)
+			if !t.leaderExited(e) {
+				t.proxyExited(e)
 				return nil
 			}
 		case <-t.remains:
 			t.remains = nil
-			s.log.Warn("what the proxy's leader left in its group exited during the drain")
-			s.stop("the drain ended after the proxy's leader exited")
+			t.log.Warn("what the proxy's leader left in its group exited during the drain")
+			t.stop("the drain ended after the proxy's leader exited")
 		case <-t.leftDone:
 			if isClosed(t.left) { // else SIGKILLed; Finish kills it again, and the PID namespace ends with us
-				s.log.Info("nothing the proxy's leader left in its group runs any more")
+				t.log.Info("nothing the proxy's leader left in its group runs any more")
 			}
-			s.proxyExited(*t.leaderExit)
+			t.proxyExited(*t.leaderExit)
 			return nil
 		}
-		s.deletionDecided()
+		t.deletionDecided()
 	}
 }
 
 // handle acts on an event from another goroutine.
-func (s *Supervisor) handle(r *termEvent) {
+func (t *termination) handle(r *termEvent) {
 	switch {
 	case r.shutdown:
-		s.stop("shutting down")
+		t.stop("shutting down")
 	case r.preStop:
-		r.answer = s.preStop()
+		r.answer = t.preStop()
 	case r.sig == syscall.SIGQUIT:
 		// The operator's emergency exit: no drain, no grace.
-		s.life.record(Event{Kind: Signal, Signal: r.sig})
-		s.life.move(Stopping, "SIGQUIT")
-		s.log.Warn("killing the proxy's group at once", "reason", "SIGQUIT", "pgid", s.proc.Pid())
-		s.proc.Kill()
-		s.book.Unwatch()
+		t.life.record(Event{Kind: Signal, Signal: r.sig})
+		t.life.move(Stopping, "SIGQUIT")
+		t.log.Warn("killing the proxy's group at once", "reason", "SIGQUIT", "pgid", t.proc.Pid())
+		t.proc.Kill()
+		t.book.Unwatch()
 	default:
-		s.stopSignal(r.sig)
+		t.stopSignal(r.sig)
 	}
 }
 
 // stopSignal is SIGTERM's (or SIGINT's) way out: drain, then stop. Before
 // the proxy was ever ready there is nothing to drain, and it stops at once.
-func (s *Supervisor) stopSignal(sig syscall.Signal) {
+func (t *termination) stopSignal(sig syscall.Signal) {
 	name := unix.SignalName(sig)
-	if ready := s.life.record(Event{Kind: Signal, Signal: sig}); !ready {
-		s.stop(name + " before the proxy was ever ready")
+	if ready := t.life.record(Event{Kind: Signal, Signal: sig}); !ready {
+		t.stop(name + " before the proxy was ever ready")
 		return
 	}
-	if s.cfg.Policy.Native {
-		s.nativeTerminate(name)
+	if t.cfg.Policy.Native {
+		t.nativeTerminate(name)
 		return
 	}
-	if s.drain(name, true) == nil {
-		s.log.Info("already stopping", "signal", name)
+	if t.drain(name, true) == nil {
+		t.log.Info("already stopping", "signal", name)
 	}
 }
 
@@ -185,16 +188,16 @@ func (s *Supervisor) stopSignal(sig syscall.Signal) {
 // stopping has nothing left to drain, and one that was never ready has
 // carried no traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
-func (s *Supervisor) preStop() preStopAnswer {
-	if ready := s.life.record(Event{Kind: PreStop}); !ready {
-		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
+func (t *termination) preStop() preStopAnswer {
+	if ready := t.life.record(Event{Kind: PreStop}); !ready {
+		t.log.Info("preStop before the proxy was ever ready: nothing to drain")
 		return preStopAnswer{word: control.NeverReady}
 	}
-	run := s.drain("preStop", false)
+	run := t.drain("preStop", false)
 	switch {
 	case run == nil:
 		return preStopAnswer{word: control.AlreadyStopping}
-	case s.cfg.Policy.Native:
+	case t.cfg.Policy.Native:
 		// The kubelet holds a native sidecar's SIGTERM until the app has
 		// exited: waiting here too would only put it off (see native.go).
 		return preStopAnswer{word: control.NativeSidecar}
@@ -205,18 +208,18 @@ func (s *Supervisor) preStop() preStopAnswer {
 // verdictChanged reads the peers' verdict at each turn of the book. Once it
 // settles the job, the exit code is fixed and the proxy stopped, except for
 // a native sidecar, whose end is the kubelet's SIGTERM.
-func (s *Supervisor) verdictChanged() {
-	v, turn := s.book.Next()
-	s.term.verdictTurn = turn
+func (t *termination) verdictChanged() {
+	v, turn := t.book.Next()
+	t.verdictTurn = turn
 	why := v.Why()
 	switch {
 	case v.Done:
-		s.term.verdictTurn = nil
-		s.verdictDone(v, why)
+		t.verdictTurn = nil
+		t.verdictDone(v, why)
 	case v.PodRestart != "":
-		s.log.Info("the kubelet restarts every container of the pod; the proxy stays until its SIGTERM, which stops it at once", "reason", why)
+		t.log.Info("the kubelet restarts every container of the pod; the proxy stays until its SIGTERM, which stops it at once", "reason", why)
 	case v.Settled:
-		s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
+		t.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
 	}
 }
 
@@ -224,19 +227,18 @@ func (s *Supervisor) verdictChanged() {
 // the first sign of the pod's deletion, whose preStop or SIGTERM for the
 // proxy is still on its way; the verdict then waits for them
 // (deletionWait), and the first decides 0 (see decide) and ends the wait.
-func (s *Supervisor) verdictDone(v peers.Verdict, why string) {
-	t := &s.term
-	wait := s.deletionWait(v, t.clk.Now())
-	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, AwaitsDeletion: wait > 0})
+func (t *termination) verdictDone(v peers.Verdict, why string) {
+	wait := t.deletionWait(v, t.clk.Now())
+	t.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, AwaitsDeletion: wait > 0})
 	if wait <= 0 {
-		s.stopAfterVerdict(why)
+		t.stopAfterVerdict(why)
 		return
 	}
 	if v.Stop.IsZero() {
-		s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
+		t.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
 			"peer", v.Failed, "window", wait)
 	} else {
-		s.log.Info("peer stopped from outside; waiting for the pod's termination to reach the proxy (its preStop or SIGTERM) before deciding the exit code",
+		t.log.Info("peer stopped from outside; waiting for the pod's termination to reach the proxy (its preStop or SIGTERM) before deciding the exit code",
 			"peer", v.Failed, "exit_code", v.Code, "stop_signal", v.Stop.Signal, "stopped_at", v.Stop.At, "bound", wait)
 	}
 	t.deletion = t.clk.NewTimer(wait)
@@ -246,12 +248,11 @@ func (s *Supervisor) verdictDone(v peers.Verdict, why string) {
 
 // deletionWindowEnded: no preStop or SIGTERM came within the wait, and the
 // failed peer's code decides.
-func (s *Supervisor) deletionWindowEnded() {
-	t := &s.term
+func (t *termination) deletionWindowEnded() {
 	why := t.awaitingVerdict
 	t.deletion, t.awaitingVerdict = nil, ""
-	s.life.record(Event{Kind: DeletionWindowEnded, Code: t.deletionCode, Peer: t.deletionPeer})
-	s.stopAfterVerdict(why)
+	t.life.record(Event{Kind: DeletionWindowEnded, Code: t.deletionCode, Peer: t.deletionPeer})
+	t.stopAfterVerdict(why)
 }
 
 // deletionDecided ends the deletion wait once an event has fixed the code:
@@ -259,30 +260,29 @@ func (s *Supervisor) deletionWindowEnded() {
 // (or the proxy is stopping); the verdict joins it, so that the proxy
 // stops once it ends, rather than under another peer's last requests or
 // under the hook that is draining.
-func (s *Supervisor) deletionDecided() {
-	t := &s.term
+func (t *termination) deletionDecided() {
 	if t.deletion == nil {
 		return
 	}
-	if _, _, decided := s.life.exitCode(); !decided {
+	if _, _, decided := t.life.exitCode(); !decided {
 		return
 	}
 	t.deletion.Stop()
 	why := t.awaitingVerdict
 	t.deletion, t.awaitingVerdict = nil, ""
-	if s.drain(why, true) == nil {
-		s.stop(why)
+	if t.drain(why, true) == nil {
+		t.stop(why)
 	}
 }
 
 // stopAfterVerdict stops the proxy for a verdict, but a drain under way (a
 // pod deletion) is not cut short: another peer may still be finishing
 // through the proxy. Its end stops the proxy.
-func (s *Supervisor) stopAfterVerdict(why string) {
-	if s.life.draining() && s.drain(why, true) != nil {
+func (t *termination) stopAfterVerdict(why string) {
+	if t.life.draining() && t.drain(why, true) != nil {
 		return
 	}
-	s.stop(why)
+	t.stop(why)
 }
 
 // drain starts the termination's drain, or joins the one under way, and
@@ -290,18 +290,17 @@ func (s *Supervisor) stopAfterVerdict(why string) {
 // proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
 // ended already checks again first, within what is left of the bound,
 // since the app may have opened connections since.
-func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
-	t := &s.term
-	run, isNew := s.life.beginDrain(trigger)
+func (t *termination) drain(trigger string, thenStop bool) *drainRun {
+	run, isNew := t.life.beginDrain(trigger)
 	if run == nil {
 		return nil
 	}
 	if isNew {
 		run.started = t.clk.Now()
 		t.run, t.drainDone = run, run.done
-		go s.runDrain(run, trigger)
+		go t.runDrain(run, trigger)
 	} else {
-		s.log.Info("drain already started", "trigger", trigger)
+		t.log.Info("drain already started", "trigger", trigger)
 	}
 	if !thenStop || t.stopWhenDrained {
 		return run
@@ -312,7 +311,7 @@ func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 		t.recheckDone = done
 		go func() {
 			defer close(done)
-			s.recheckDrain(run, trigger)
+			t.recheckDrain(run, trigger)
 		}()
 	}
 	return run
@@ -320,36 +319,34 @@ func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
 
 // drainEnded: the drain's end stops the proxy if a SIGTERM asked for it,
 // or what the proxy's leader left, held for the drain.
-func (s *Supervisor) drainEnded() {
-	t := &s.term
+func (t *termination) drainEnded() {
 	t.drainDone = nil
 	switch {
 	case t.leaderExit != nil:
-		s.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(t.run.result.End))
-		s.stop("the drain ended after the proxy's leader exited")
+		t.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(t.run.result.End))
+		t.stop("the drain ended after the proxy's leader exited")
 	case t.stopWhenDrained:
-		s.stop(t.stopTrigger)
+		t.stop(t.stopTrigger)
 	}
 }
 
 // stop moves to Stopping and starts the proxy's stop sequence (or, once
 // its leader has exited by itself, the sequence against what it left),
 // once.
-func (s *Supervisor) stop(why string) {
-	t := &s.term
+func (t *termination) stop(why string) {
 	if t.restartHold != nil {
 		t.restartHold.Stop()
 		t.restartHold = nil
 	}
 	moved := false
-	if _, ok := s.life.move(Stopping, why); ok {
+	if _, ok := t.life.move(Stopping, why); ok {
 		moved = true
-		s.log.Info("stop requested", "reason", why)
-		s.book.Unwatch()
+		t.log.Info("stop requested", "reason", why)
+		t.book.Unwatch()
 	}
 	if t.leaderExit == nil {
 		if moved {
-			s.proc.Stop()
+			t.proc.Stop()
 		}
 		return
 	}
@@ -360,7 +357,7 @@ func (s *Supervisor) stop(why string) {
 	t.leftDone = done
 	go func() {
 		defer close(done)
-		s.proc.StopLeft(t.left)
+		t.proc.StopLeft(t.left)
 	}()
 }
 
@@ -374,43 +371,42 @@ func (s *Supervisor) stop(why string) {
 // ends (or what was left exits by itself, or a stop is decided: a native
 // sidecar's SIGTERM once the app has gone, SIGQUIT), what is left is
 // stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
-func (s *Supervisor) leaderExited(e reaper.Exit) (hold bool) {
-	envoyUp := s.checkEnvoyAtExit()
-	if s.life.drainRunning() == nil {
+func (t *termination) leaderExited(e reaper.Exit) (hold bool) {
+	envoyUp := t.checkEnvoyAtExit()
+	if t.life.drainRunning() == nil {
 		return false
 	}
-	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
 	if !envoyUp {
 		return false
 	}
-	s.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
-		"pid", s.proc.Pid(), "status", e.String())
-	t := &s.term
+	t.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
+		"pid", t.proc.Pid(), "status", e.String())
 	t.leaderExit = &e
-	t.left = s.proc.Remains()
+	t.left = t.proc.Remains()
 	t.remains = t.left
 	return true
 }
 
 // proxyExited is the proxy's end, and the actor's.
-func (s *Supervisor) proxyExited(e reaper.Exit) {
+func (t *termination) proxyExited(e reaper.Exit) {
 	// Before the group is killed: what the tracker sees after this is the
 	// kill, not a death.
-	s.tracker.Gone("proxy exited")
-	s.proc.Finish()
-	from, _ := s.life.move(Exited, e.String())
+	t.tracker.Gone("proxy exited")
+	t.proc.Finish()
+	from, _ := t.life.move(Exited, e.String())
 	asked := from == Stopping
-	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
-	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
+	t.m.exits.With(fmt.Sprint(e.Code())).Inc()
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
 
-	v := s.life.snapshot()
-	attrs := []any{"pid", s.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
+	v := t.life.snapshot()
+	attrs := []any{"pid", t.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
 	if !v.envoyDown.IsZero() && !asked {
 		attrs = append(attrs, "envoy_died_at", v.envoyDown.Format(time.RFC3339Nano))
 	}
-	s.log.Info("proxy exited", attrs...)
-	if at := s.book.SettledAt(); !at.IsZero() {
-		s.m.completionTo.Set(time.Since(at).Seconds())
+	t.log.Info("proxy exited", attrs...)
+	if at := t.book.SettledAt(); !at.IsZero() {
+		t.m.completionTo.Set(time.Since(at).Seconds())
 	}
 }
 
@@ -442,15 +438,15 @@ func isClosed(ch <-chan struct{}) bool {
 //
 // A peer killed by a SIGTERM without that evidence waits the deletion
 // window, a guess (DefaultDeletionWindow).
-func (s *Supervisor) deletionWait(v peers.Verdict, now time.Time) time.Duration {
+func (t *termination) deletionWait(v peers.Verdict, now time.Time) time.Duration {
 	switch {
 	case v.Failed == "":
 		return 0
 	case !v.Stop.IsZero():
-		bound := s.cfg.GracePeriod + s.cfg.DeletionWindow
-		return min(max(v.Stop.At.Add(bound).Sub(now), s.cfg.DeletionWindow), bound)
+		bound := t.cfg.GracePeriod + t.cfg.DeletionWindow
+		return min(max(v.Stop.At.Add(bound).Sub(now), t.cfg.DeletionWindow), bound)
 	case v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM):
-		return s.cfg.DeletionWindow
+		return t.cfg.DeletionWindow
 	}
 	return 0
 }
