@@ -141,32 +141,8 @@ func TestDeletionWaitOnTheClock(t *testing.T) {
 	}
 }
 
-// The stop sequence of a proxy that ignores /quitquitquit and SIGTERM:
-// SIGTERM once the quit grace has passed, SIGKILL at the stop timeout,
-// each counted from the stop request.
-func TestQuitGraceOnTheClock(t *testing.T) {
-	const grace, timeout = 4 * time.Second, 9 * time.Second
-	clk := clocktest.New()
-	h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) {
-		c.QuitGrace, c.StopTimeout = grace, timeout
-	}), "--hang-on-term")
-	h.waitReady()
-	began := clk.Now()
-	h.complete("app", 0, "exited") // the job is done: the proxy stops at once
-	h.eventually("the stop", func() bool { return h.logged("stop requested") })
-	expectArmed(t, clk, "SIGTERM", began, grace)
-	h.eventually("SIGTERM", func() bool { return h.logged("escalated to SIGTERM") })
-	if h.logged("escalated to SIGKILL") {
-		t.Fatal("SIGKILL before the stop timeout")
-	}
-	expectArmed(t, clk, "SIGKILL", began, timeout)
-	if code := h.wait(5 * time.Second); code != 0 {
-		t.Fatalf("Run = %d, want the job's 0", code)
-	}
-	if !h.logged("escalated to SIGKILL") {
-		t.Error("no SIGKILL")
-	}
-}
+// The stop sequence's bounds, --quit-grace and --stop-timeout, are held on
+// the clock by TestStopEscalation.
 
 // A native sidecar's SIGTERM: once the app has gone, the proxy stops with
 // the clock standing still; while the app listens (the kubelet restarts
