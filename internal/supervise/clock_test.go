@@ -145,8 +145,11 @@ func TestDeletionWaitOnTheClock(t *testing.T) {
 // the clock by TestStopEscalation.
 
 // A native sidecar's SIGTERM: once the app has gone, the proxy stops with
-// the clock standing still; while the app listens (the kubelet restarts
-// the sidecar), it drains for --drain-min to the instant, then stops.
+// the clock standing still. A SIGTERM while the app still runs is not the
+// pod's end, which the kubelet signals only once the app has exited: it
+// restarts the sidecar. The drain then holds the proxy for --drain-min to
+// the instant, as the pod leaves the endpoints, and does not wait for the
+// app's end.
 func TestNativeRulesOnTheClock(t *testing.T) {
 	const min = 6 * time.Second
 	for _, appRuns := range []bool{false, true} {
@@ -164,6 +167,10 @@ func TestNativeRulesOnTheClock(t *testing.T) {
 			began := clk.Now()
 			h.signal(syscall.SIGTERM)
 			if appRuns {
+				// The signal is acted on when h.signal returns.
+				if s := h.status(); s.State != "draining" {
+					t.Errorf("state %q during the hold, want draining", s.State)
+				}
 				expectArmed(t, clk, "--drain-min's hold", began, min)
 			}
 			if code := h.wait(5 * time.Second); code != 0 {
