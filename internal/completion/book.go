@@ -84,6 +84,7 @@ type Book struct {
 	started   bool                 // the first read, the supervisor's start, is done
 	outdated  map[string]time.Time // records of an earlier run of the pod, by name and time
 	triggered bool                 // this run's trigger is kept in trigger
+	told      []peers.Record       // final records for Recorded, told once mu is released
 }
 
 // Open creates the records directory (and the control dir, if missing),
@@ -177,7 +178,7 @@ func (b *Book) Unwatch() {
 // app that runs now.
 func (b *Book) Settled() <-chan struct{} {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	return b.settled
 }
 
@@ -186,7 +187,7 @@ func (b *Book) Settled() <-chan struct{} {
 // or --native-sidecar, a restarted app that runs again).
 func (b *Book) Next() (peers.Verdict, <-chan struct{}) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.verdict.Settled {
 		return b.verdict, b.reopened
 	}
@@ -196,14 +197,14 @@ func (b *Book) Next() (peers.Verdict, <-chan struct{}) {
 // Verdict is the verdict of the last read.
 func (b *Book) Verdict() peers.Verdict {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	return b.verdict
 }
 
 // SettledAt is when the verdict first settled, or zero.
 func (b *Book) SettledAt() time.Time {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	return b.settledAt
 }
 
@@ -211,7 +212,7 @@ func (b *Book) SettledAt() time.Time {
 // prompted the read, for the logs.
 func (b *Book) Load(why string) peers.Verdict {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	return b.load(why)
 }
 
@@ -324,6 +325,17 @@ func (b *Book) keepTrigger(recs map[string]peers.Record, name string) {
 	}
 }
 
+// unlock releases mu, then tells Recorded of the final records seen under
+// it: no callback runs under the book's lock.
+func (b *Book) unlock() {
+	told := b.told
+	b.told = nil
+	b.mu.Unlock()
+	for _, r := range told {
+		b.cfg.Recorded(r)
+	}
+}
+
 // Anyone is the caller of a report that did not come over the socket (the
 // supervisor's own), which no ownership check applies to.
 const Anyone int64 = -1
@@ -363,7 +375,7 @@ func (b *Book) Report(report peers.Record, caller int64) (peers.Verdict, error) 
 		return peers.Verdict{}, err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if _, known := b.recs[r.Name]; !known && len(b.recs) >= NameLimit(b.cfg.Policy) {
 		return peers.Verdict{}, fmt.Errorf("peer %s: the supervisor already keeps %d peer names, its bound (4 × the --peers count, at least %d)", r.Name, len(b.recs), MinNames)
 	}
@@ -452,7 +464,7 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 		}
 		b.cfg.Log.Info("peer completed", "peer", name, "exit_code", r.ExitCode, "reason", r.Reason, "seen_at", why)
 		if b.cfg.Recorded != nil {
-			b.cfg.Recorded(r)
+			b.told = append(b.told, r)
 		}
 		_, own := b.cfg.Policy.Peers[name]
 		switch then := b.cfg.Policy.Then(name, r); {
@@ -600,7 +612,7 @@ func (b *Book) notified(ctx context.Context, n *peers.Notifier, changed chan<- s
 // full read first, as a report is.
 func (b *Book) Refresh(name string) peers.Verdict {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	why := "change of " + name
 	// A name the policy does not accept, or a new one past the bound, is
 	// none of the book's business: any container can make files up.
@@ -654,7 +666,7 @@ type Peer struct {
 // one answer that could end a drain.
 func (b *Book) Running() (n int, err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	for _, r := range b.recs {
 		if r.Running {
 			n++
@@ -676,7 +688,7 @@ func (b *Book) Running() (n int, err error) {
 // least every rescan).
 func (b *Book) Replaced() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	return b.replaced
 }
 
@@ -701,7 +713,7 @@ func (b *Book) checkReplaced() {
 // verdict.
 func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	out := make(map[string]Peer, len(b.recs))
 	for name, r := range b.recs {
 		if t, ok := b.outdated[name]; ok && r.Final() && !r.Time.After(t) {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
@@ -128,7 +129,7 @@ type Config struct {
 	Tick, WatchedTick, StatsEvery, Progress, Quiet time.Duration
 	// Clock is the drain's time, its reading and its timer; nil means the
 	// system's.
-	Clock Clock
+	Clock clock.Clock
 
 	Log *slog.Logger
 }
@@ -170,8 +171,12 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	} else {
 		d.cfg.Log.Info("drain started", "min", cfg.Min, "timeout", cfg.Timeout, "delay", cfg.Delay)
 	}
+	// The checks' timer is the drain's first: the admin calls' bounds come
+	// after it, so that a test's clock tells the two apart.
+	timer := d.clock.NewTimer(d.cfg.Tick)
+	defer timer.Stop()
 	envoyPorts = d.refreshEnvoyPorts(deadline, envoyPorts)
-	end, why := d.wait(start, deadline, envoyPorts, settled)
+	end, why := d.wait(timer, start, deadline, envoyPorts, settled)
 	r := Result{End: end, Took: d.clock.Now().Sub(start), Why: why}
 	d.cfg.Log.Info("drain ended", "end", string(end), "after", r.Took.Round(time.Millisecond))
 	return r
@@ -179,7 +184,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 
 type drainer struct {
 	cfg     Config
-	clock   Clock
+	clock   clock.Clock
 	exclude []uint16
 
 	hinting            bool      // the delay is over: the close hints may go
@@ -204,11 +209,7 @@ func newDrainer(cfg Config) *drainer {
 	if cfg.Quiet <= 0 {
 		cfg.Quiet = DefaultQuiet
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = systemClock{}
-	}
-	return &drainer{cfg: cfg, clock: clock, exclude: cfg.Owner.QuietPorts()}
+	return &drainer{cfg: cfg, clock: clock.Or(cfg.Clock), exclude: cfg.Owner.QuietPorts()}
 }
 
 // callCtx bounds one admin call by adminCallMax and by the drain's deadline.
@@ -216,7 +217,7 @@ func newDrainer(cfg Config) *drainer {
 // admin API that answers at once is still heard.
 func (d *drainer) callCtx(deadline time.Time) (context.Context, context.CancelFunc) {
 	budget := min(adminCallMax, max(deadline.Sub(d.clock.Now()), time.Millisecond))
-	return context.WithTimeout(context.Background(), budget)
+	return clock.WithTimeout(context.Background(), d.clock, budget)
 }
 
 // state is what one check of the drain condition saw.
@@ -238,7 +239,7 @@ func (st state) holds() bool {
 // wait checks the drain condition until it has held for the quiet period
 // (and no sooner than Min), the deadline passes or settled closes: every
 // tick, or when the OpenScanner reports a close.
-func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
+func (d *drainer) wait(timer clock.Timer, start, deadline time.Time, envoyPorts []uint16, settled <-chan struct{}) (End, string) {
 	earliest := start.Add(d.cfg.Min)
 	hintAt := start.Add(d.cfg.Delay)
 	scan, closed := d.cfg.Scanner, (<-chan struct{})(nil)
@@ -247,8 +248,6 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 		defer w.Close()
 		scan, closed = w, w.Closed()
 	}
-	timer := d.clock.NewTimer(d.cfg.Tick)
-	defer timer.Stop()
 	var lastLog, lastStats, lastDrainTry, quietSince time.Time
 	var st state
 	// Settled peers end the drain at once, unless one still runs under
@@ -331,7 +330,7 @@ func (d *drainer) wait(start, deadline time.Time, envoyPorts []uint16, settled <
 // was less than a Tick ago: an app that churns sockets it never connects
 // must not make the drain scan flat out. It returns the OpenScanner's channel,
 // nil once it can tell no more.
-func (d *drainer) await(timer Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
+func (d *drainer) await(timer clock.Timer, sleep time.Duration, settled, closed <-chan struct{}) <-chan struct{} {
 	due := d.clock.Now().Add(sleep)
 	timer.Reset(sleep)
 	deferred := false // the timer is a close's, put off

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
@@ -34,7 +35,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// Escalated, if set, is told of every signal the stop sequence sends.
 	Escalated func(syscall.Signal)
-	Log       *slog.Logger
+	// Clock times the stop sequence; nil means the system's.
+	Clock clock.Clock
+	Log   *slog.Logger
 }
 
 // Process is the proxy: made by New, forked by Start. Its methods are safe
@@ -63,6 +66,7 @@ func (e *StartError) Unwrap() error { return e.Err }
 // New prepares the proxy, to be started through r, the only owner of
 // wait4. It forks nothing.
 func New(r *reaper.Reaper, cfg Config) *Process {
+	cfg.Clock = clock.Or(cfg.Clock)
 	return &Process{cfg: cfg, reaper: r, exited: make(chan struct{})}
 }
 
@@ -142,7 +146,7 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 func (p *Process) Stop() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.pid == 0 || p.stopped || goneWithin(p.exited, 0) {
+	if p.pid == 0 || p.stopped || isClosed(p.exited) {
 		return false
 	}
 	p.stopped = true
@@ -196,23 +200,24 @@ func (p *Process) stop() { p.sequence(p.exited) }
 // sequence is the stop: Quit, SIGTERM to the group at QuitGrace, SIGKILL
 // at StopTimeout, each only while gone is open.
 func (p *Process) sequence(gone <-chan struct{}) {
-	deadline := time.Now().Add(p.cfg.StopTimeout)
-	grace := min(p.cfg.QuitGrace, p.cfg.StopTimeout)
-	quitBy := time.Now().Add(grace)
+	clk := p.cfg.Clock
+	start := clk.Now()
+	deadline := start.Add(p.cfg.StopTimeout)
+	quitBy := start.Add(min(p.cfg.QuitGrace, p.cfg.StopTimeout))
 	if p.cfg.Quit != nil {
-		ctx, cancel := context.WithDeadline(context.Background(), quitBy)
+		ctx, cancel := clock.WithTimeout(context.Background(), clk, quitBy.Sub(start))
 		err := p.cfg.Quit(ctx)
 		cancel()
 		if err != nil {
 			p.cfg.Log.Info("the proxy's quit request failed; signalling instead", "err", err)
 		}
 	}
-	if goneWithin(gone, time.Until(quitBy)) {
+	if p.goneBy(gone, quitBy) {
 		return
 	}
 	p.cfg.Log.Info("escalated to SIGTERM", "pgid", p.Pid())
 	p.escalate(syscall.SIGTERM)
-	if goneWithin(gone, time.Until(deadline)) {
+	if p.goneBy(gone, deadline) {
 		return
 	}
 	p.cfg.Log.Warn("escalated to SIGKILL", "pgid", p.Pid(), "stop_timeout", p.cfg.StopTimeout)
@@ -255,22 +260,27 @@ func (p *Process) signal(sig syscall.Signal) {
 	}
 }
 
-// goneWithin reports whether gone is closed within d.
-func goneWithin(gone <-chan struct{}, d time.Duration) bool {
+// goneBy reports whether gone is closed by the instant at, on the clock.
+func (p *Process) goneBy(gone <-chan struct{}, at time.Time) bool {
+	d := at.Sub(p.cfg.Clock.Now())
 	if d <= 0 {
-		select {
-		case <-gone:
-			return true
-		default:
-			return false
-		}
+		return isClosed(gone)
 	}
-	t := time.NewTimer(d)
+	t := p.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-gone:
 		return true
-	case <-t.C:
+	case <-t.C():
+		return isClosed(gone)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
 		return false
 	}
 }

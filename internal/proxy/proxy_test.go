@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock/clocktest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
@@ -124,58 +127,66 @@ func TestStdinIsDevNull(t *testing.T) {
 
 // The stop sequence: Quit first, bounded by the grace; a proxy that ignores
 // it gets SIGTERM when the grace has passed; one that ignores that too gets
-// SIGKILL at the stop timeout, counted from the stop request. The times are
-// real (a real process is signalled), so each bound is checked on both
-// sides with a slack smaller than the grace, which is what a bound counted
-// from the wrong moment would be off by.
+// SIGKILL at the stop timeout, counted from the stop request. The sequence
+// runs on a fake clock, so each step is seen at its instant: the test moves
+// the time only once the sequence has armed the timer of the next step.
 func TestStopEscalates(t *testing.T) {
 	const (
 		grace   = time.Second
 		timeout = 3 * time.Second
-		slack   = 800 * time.Millisecond // a loaded machine's lag; below grace
 	)
 	var (
 		mu     sync.Mutex
 		sent   []syscall.Signal
-		at     []time.Duration
+		at     []time.Time
 		quits  int
-		quitAt time.Duration
-		began  time.Time
+		quitAt time.Time
 	)
+	clk := clocktest.New()
+	began := clk.Now()
+	trapped := filepath.Join(t.TempDir(), "trapped")
 	p := run(t, Config{
-		// A shell that ignores TERM, as a hung proxy would.
-		Command: []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"},
+		// A shell that ignores TERM, as a hung proxy would, and says so.
+		Command: []string{"/bin/sh", "-c", "trap '' TERM; : >" + trapped + "; while :; do sleep 0.05; done"},
 		// An admin API that accepts and never answers.
 		Quit: func(ctx context.Context) error {
 			<-ctx.Done()
 			mu.Lock()
 			defer mu.Unlock()
 			quits++
-			quitAt = time.Since(began)
+			quitAt = clk.Now()
 			return ctx.Err()
 		},
 		QuitGrace:   grace,
 		StopTimeout: timeout,
+		Clock:       clk,
 		Escalated: func(sig syscall.Signal) {
 			mu.Lock()
 			defer mu.Unlock()
 			sent = append(sent, sig)
-			at = append(at, time.Since(began))
+			at = append(at, clk.Now())
 		},
 	})
-	if goneWithin(p.Exited(), 0) {
+	if isClosed(p.Exited()) {
 		t.Fatal("exited after Start")
 	}
-	mu.Lock()
-	began = time.Now()
-	mu.Unlock()
+	proctest.Eventually(t, 5*time.Second, "the shell's trap", func() bool {
+		_, err := os.Stat(trapped)
+		return err == nil
+	})
 	if !p.Stop() {
 		t.Fatal("Stop of a running proxy did not start the sequence")
 	}
 	if p.Stop() {
 		t.Error("a second Stop started another sequence")
 	}
-	e := waitExit(t, p, timeout+5*time.Second)
+	for _, step := range []time.Duration{grace, timeout} {
+		if !clk.WaitArmed(began.Add(step), 5*time.Second) {
+			t.Fatalf("no step armed at %v after the stop request; armed: %v", step, clk.Armed())
+		}
+		clk.Advance(began.Add(step).Sub(clk.Now()))
+	}
+	e := waitExit(t, p, 5*time.Second)
 	if e.Code() != 137 {
 		t.Errorf("exit %v; want killed by SIGKILL", e)
 	}
@@ -185,19 +196,19 @@ func TestStopEscalates(t *testing.T) {
 		t.Fatalf("quits %d, signals %v; want one quit, then SIGTERM and SIGKILL", quits, sent)
 	}
 	for _, b := range []struct {
-		what   string
-		at     time.Duration
-		lo, hi time.Duration
+		what string
+		at   time.Time
+		want time.Duration
 	}{
-		{"the quit request given up", quitAt, grace, grace + slack},
-		{"SIGTERM", at[0], grace, grace + slack},
-		{"SIGKILL", at[1], timeout, timeout + slack},
+		{"the quit request given up", quitAt, grace},
+		{"SIGTERM", at[0], grace},
+		{"SIGKILL", at[1], timeout},
 	} {
-		if b.at < b.lo || b.at > b.hi {
-			t.Errorf("%s %v after the stop request; want %v to %v", b.what, b.at, b.lo, b.hi)
+		if got := b.at.Sub(began); got != b.want {
+			t.Errorf("%s %v after the stop request; want %v", b.what, got, b.want)
 		}
 	}
-	if !goneWithin(p.Exited(), 0) {
+	if !isClosed(p.Exited()) {
 		t.Error("Exited not closed after the exit")
 	}
 	if p.Stop() {
@@ -259,7 +270,7 @@ func TestStopLeftStopsWhatTheLeaderLeft(t *testing.T) {
 		t.Fatalf("the leader's exit %v, want code 2", e)
 	}
 	gone := p.Remains()
-	if !p.groupAlive() || goneWithin(gone, 0) {
+	if !p.groupAlive() || isClosed(gone) {
 		t.Fatal("the sleep the leader left counts as gone")
 	}
 	if p.Stop() {
@@ -267,7 +278,7 @@ func TestStopLeftStopsWhatTheLeaderLeft(t *testing.T) {
 	}
 	began := time.Now()
 	p.StopLeft(gone)
-	if !goneWithin(gone, 0) {
+	if !isClosed(gone) {
 		t.Fatal("StopLeft returned with the group still there")
 	}
 	// The reaper's word ends it, not the check every remainsCheck.

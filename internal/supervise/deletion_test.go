@@ -131,8 +131,8 @@ func TestDeletionWait(t *testing.T) {
 		{"a peer's own Never, under OnFailure", peers.OnFailure, peers.Verdict{Failed: "app", Code: 143, Reason: peers.Signaled, Stop: stop(0)}, grace + window},
 	}
 	for _, tt := range tests {
-		s := &Supervisor{cfg: Config{DeletionWindow: window, GracePeriod: grace, Policy: peers.Policy{Restart: tt.restart}}}
-		if got := s.deletionWait(tt.v, now); got != tt.want {
+		term := &termination{Supervisor: &Supervisor{cfg: Config{DeletionWindow: window, GracePeriod: grace, Policy: peers.Policy{Restart: tt.restart}}}}
+		if got := term.deletionWait(tt.v, now); got != tt.want {
 			t.Errorf("%s: deletionWait = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -50,9 +50,6 @@ type Event struct {
 	AwaitsDeletion bool
 	// Signal: Signal, which one.
 	Signal syscall.Signal
-	// EverReady: Signal and PreStop, whether the proxy had been ready. The
-	// lifecycle's record sets it, under the lock that fixes the code.
-	EverReady bool
 	// Asked: ProxyExit, whether a stop had been asked for.
 	Asked bool
 	// MidDrain: ProxyExit, unasked, while the termination's drain ran
@@ -86,7 +83,10 @@ type Event struct {
 //	                                        0: the one event that replaces a decision
 //	a part of the supervisor failed         1: it must not exit 0 as if all went well
 //	the proxy could not be started          126 or 127, as a shell
-func decide(e Event) (code int, why string, decisive bool) {
+//
+// everReady is whether the proxy had been ready when e came: the
+// lifecycle's to say, never the event's sender's.
+func decide(e Event, everReady bool) (code int, why string, decisive bool) {
 	switch e.Kind {
 	case PeersSettled:
 		if e.Peer == "" {
@@ -102,13 +102,13 @@ func decide(e Event) (code int, why string, decisive bool) {
 	case Signal:
 		name := unix.SignalName(e.Signal)
 		switch {
-		case e.Signal == syscall.SIGQUIT, !e.EverReady:
+		case e.Signal == syscall.SIGQUIT, !everReady:
 			return 128 + int(e.Signal), name, true
 		default:
 			return 0, name, true
 		}
 	case PreStop:
-		if !e.EverReady {
+		if !everReady {
 			return 0, "", false
 		}
 		return 0, "preStop", true
@@ -141,20 +141,6 @@ func peerFailed(e Event) (code int, why string, decisive bool) {
 	return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
 }
 
-// ExitCode is the supervisor's exit code for a sequence of events: the
-// code the first decisive one fixes. Later events change nothing, so a
-// proxy that crashes while it is stopped after a successful Job still
-// leaves 0, but for one: a proxy that exits by itself during the drain
-// replaces the deletion's 0 (see take). ok is false while no event has
-// been decisive.
-func ExitCode(events []Event) (code int, why string, ok bool) {
-	var d decision
-	for _, e := range events {
-		d = d.take(e, time.Time{})
-	}
-	return d.code, d.why, d.decided
-}
-
 // decision is the exit code the first decisive event fixed, why, and when.
 // The zero value is no decision yet.
 type decision struct {
@@ -165,16 +151,17 @@ type decision struct {
 }
 
 // take is the decision once e, at time at, has happened. Only the first
-// decisive event decides, except a proxy that exits by itself in the
-// middle of the drain: the drain was the deletion's (its preStop or
+// decisive event decides, so a proxy that crashes while it is stopped after
+// a successful Job still leaves 0, except a proxy that exits by itself in
+// the middle of the drain: the drain was the deletion's (its preStop or
 // SIGTERM decided 0, all well), and a proxy that died under it is not
 // well; its why keeps what it replaced.
-func (d decision) take(e Event, at time.Time) decision {
+func (d decision) take(e Event, everReady bool, at time.Time) decision {
 	replaces := d.decided && e.Kind == ProxyExit && e.MidDrain
 	if d.decided && !replaces {
 		return d
 	}
-	code, why, ok := decide(e)
+	code, why, ok := decide(e, everReady)
 	if !ok {
 		return d
 	}

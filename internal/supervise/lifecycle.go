@@ -38,11 +38,11 @@ func (p Phase) String() string {
 	return phaseNames[p]
 }
 
-// next lists the legal moves. A drain starts only once the tracker has seen
-// the proxy ready, but that is an instant before the move to Ready, so a
-// drain may start from Starting; the proxy can exit in any phase.
+// next lists the legal moves. A drain starts only once the proxy has been
+// ready (the lifecycle says so under the lock that moves it to Ready), so
+// never from Starting; the proxy can exit in any phase.
 var next = map[Phase][]Phase{
-	Starting: {Ready, Draining, Stopping, Exited},
+	Starting: {Ready, Stopping, Exited},
 	Ready:    {Draining, Stopping, Exited},
 	Draining: {Stopping, Exited},
 	Stopping: {Exited},
@@ -52,11 +52,8 @@ var next = map[Phase][]Phase{
 // whichever comes first, start it, and both wait on the same end.
 type drainRun struct {
 	done    chan struct{}
-	started time.Time    // written before the drain runs
+	started time.Time    // on the supervisor's clock, written before the drain runs
 	result  drain.Result // written before done is closed
-	// thenStop: the proxy is to stop when the drain ends (SIGTERM asked for
-	// it, not only a preStop). Guarded by the lifecycle's mutex.
-	thenStop bool
 }
 
 // lifecycle is the one owner of the supervisor's phase, of the exit code,
@@ -70,7 +67,7 @@ type drainRun struct {
 // termination message) follows it.
 type lifecycle struct {
 	log     *slog.Logger
-	onPhase func(Phase) // told of every move, in order (the state gauge)
+	onPhase func(Phase) // told of every move once the lock is released (the state gauge)
 
 	mu        sync.Mutex
 	phase     Phase
@@ -81,11 +78,18 @@ type lifecycle struct {
 	decision  decision  // the exit code, once an event has fixed it
 
 	readied chan struct{} // closed once the first readiness is noted and announced
-	decided chan struct{} // closed once an event has fixed the exit code
+	moves   []phaseMove   // made under mu, told and logged once it is released
+}
+
+// phaseMove is one move, or one refused, told after the lock.
+type phaseMove struct {
+	from, to Phase
+	why      string
+	refused  bool
 }
 
 func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{}), decided: make(chan struct{})}
+	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -95,47 +99,54 @@ func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
 // applied.
 func (l *lifecycle) move(to Phase, why string) (from Phase, ok bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	return l.moveLocked(to, why)
 }
 
 func (l *lifecycle) moveLocked(to Phase, why string) (Phase, bool) {
 	from := l.phase
 	if !slices.Contains(next[from], to) {
-		l.log.Debug("phase change refused", "from", from.String(), "to", to.String(), "reason", why)
+		l.moves = append(l.moves, phaseMove{from, to, why, true})
 		return from, false
 	}
 	l.phase, l.why = to, why
-	l.onPhase(to)
-	l.log.Info("phase changed", "from", from.String(), "to", to.String(), "reason", why)
+	l.moves = append(l.moves, phaseMove{from, to, why, false})
 	return from, true
 }
 
-// record takes an event. The first decisive one fixes the exit code (as
-// ExitCode would over the whole sequence); the rest change nothing and are
-// dropped, so a signal storm costs no memory. The one exception, a proxy's
-// own exit in the middle of the drain, is decision.take's. A signal's or a
-// preStop's EverReady is the lifecycle's own, read under the same lock as
-// the decision: between a caller's read and its record the first
+// unlock releases the lock, then tells the gauge and the log of the moves
+// made under it: no callback, and no log line, runs under the lock. Two
+// goroutines may tell theirs in either order; the gauge only moves
+// forward, as the phase does.
+func (l *lifecycle) unlock() {
+	moves := l.moves
+	l.moves = nil
+	l.mu.Unlock()
+	for _, m := range moves {
+		if m.refused {
+			l.log.Debug("phase change refused", "from", m.from.String(), "to", m.to.String(), "reason", m.why)
+			continue
+		}
+		l.onPhase(m.to)
+		l.log.Info("phase changed", "from", m.from.String(), "to", m.to.String(), "reason", m.why)
+	}
+}
+
+// record takes an event. The first decisive one fixes the exit code; the
+// rest change nothing and are dropped, so a signal storm costs no memory.
+// The one exception, a proxy's own exit in the middle of the drain, is
+// decision.take's. Whether the proxy has been ready, on which a signal's
+// and a preStop's code depend, is the lifecycle's own, read under the lock
+// that fixes the code: between a caller's read and its record the first
 // readiness could otherwise be taken, and the app told so, while the code
 // and the stop went the never-ready way. It returns that answer.
 func (l *lifecycle) record(e Event) (everReady bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	everReady = !l.readyAt.IsZero()
-	if e.Kind == Signal || e.Kind == PreStop {
-		e.EverReady = everReady
-	}
-	was := l.decision.decided
-	l.decision = l.decision.take(e, time.Now())
-	if !was && l.decision.decided {
-		close(l.decided)
-	}
+	l.decision = l.decision.take(e, everReady, time.Now())
 	return everReady
 }
-
-// decidedCh is closed once an event has fixed the exit code.
-func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 
 // becameReady records the proxy's first readiness: when, and the move to
 // Ready. It reports whether this was the first; only then does the caller
@@ -148,7 +159,7 @@ func (l *lifecycle) decidedCh() <-chan struct{} { return l.decided }
 // too, even in the instant before the move to Stopping.
 func (l *lifecycle) becameReady(at time.Time, why string) (first bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if !l.readyAt.IsZero() || l.refusedLocked() {
 		return false
 	}
@@ -234,25 +245,22 @@ func (l *lifecycle) drainRunning() *drainRun {
 
 // beginDrain starts the termination's drain, moving to Draining, or joins
 // the one under way. It returns nil when the proxy is already stopping or
-// gone, since there is nothing left to drain. isNew tells the caller to run
-// the drain. With thenStop the proxy is to stop when the drain ends;
-// stopOwner tells the one caller that asked for it first to see to that.
-func (l *lifecycle) beginDrain(trigger string, thenStop bool) (run *drainRun, isNew, stopOwner bool) {
+// gone, since there is nothing left to drain. isNew tells the caller (the
+// termination actor) to run the drain.
+func (l *lifecycle) beginDrain(trigger string) (run *drainRun, isNew bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.drain != nil {
 		if l.phase != Draining {
-			return nil, false, false
+			return nil, false
 		}
-		stopOwner = thenStop && !l.drain.thenStop
-		l.drain.thenStop = l.drain.thenStop || thenStop
-		return l.drain, false, stopOwner
+		return l.drain, false
 	}
 	if _, ok := l.moveLocked(Draining, trigger); !ok {
-		return nil, false, false
+		return nil, false
 	}
-	l.drain = &drainRun{done: make(chan struct{}), started: time.Now(), thenStop: thenStop}
-	return l.drain, true, thenStop
+	l.drain = &drainRun{done: make(chan struct{})}
+	return l.drain, true
 }
 
 // noteEnvoyDown records when a ready Envoy stopped answering: only once the
@@ -267,8 +275,9 @@ func (l *lifecycle) noteEnvoyDown(at time.Time) {
 	}
 }
 
-// view is a consistent snapshot of the lifecycle.
-type view struct {
+// snapshot is a consistent read of the lifecycle, for every reader that
+// wants more than one of its fields (the status, the exit line, the summary).
+type snapshot struct {
 	phase     Phase
 	why       string
 	draining  bool // a drain has started (it stays true while stopping)
@@ -280,11 +289,11 @@ type view struct {
 	decidedAt time.Time
 }
 
-func (l *lifecycle) view() view {
+func (l *lifecycle) snapshot() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d := l.decision
-	return view{
+	return snapshot{
 		phase: l.phase, why: l.why, draining: l.drain != nil,
 		code: d.code, decidedBy: d.why, decided: d.decided,
 		envoyDown: l.envoyDown, readyAt: l.readyAt, decidedAt: d.at,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -358,21 +357,7 @@ func slowRescan(_ *harness, c *Config) { c.Intervals.Rescan = time.Minute }
 // its lock is released.
 func TestLostPeer(t *testing.T) {
 	h := setup(t, slowRescan)
-	if err := peers.Open(h.dir).Create(); err != nil {
-		t.Fatal(err)
-	}
-	holder := exec.Command(os.Args[0])
-	holder.Env = append(os.Environ(), helperEnv+"=hold "+h.dir+" app")
-	holder.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// No Wait: the supervisor's reaper collects it.
-	t.Cleanup(func() { holder.Process.Kill() })
-	h.eventually("the helper holds the record", func() bool {
-		_, err := os.Stat(filepath.Join(h.dir, "app.held"))
-		return err == nil
-	})
+	holder := holdPeer(h)
 	h.start()
 	h.waitReady()
 	h.running(notEnded)

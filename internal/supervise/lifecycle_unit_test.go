@@ -23,7 +23,7 @@ func TestLifecycleMoves(t *testing.T) {
 	}{
 		{"a Job", []Phase{Ready, Stopping, Exited}, []bool{true, true, true}, Exited},
 		{"a deletion", []Phase{Ready, Draining, Stopping, Exited}, []bool{true, true, true, true}, Exited},
-		{"a preStop before ready, then ready", []Phase{Draining, Ready, Stopping}, []bool{true, false, true}, Stopping},
+		{"no drain before ready", []Phase{Draining, Ready, Draining, Stopping}, []bool{false, true, true, true}, Stopping},
 		{"a crash while starting", []Phase{Exited, Ready, Stopping}, []bool{true, false, false}, Exited},
 		{"no way back", []Phase{Ready, Stopping, Draining, Ready, Starting}, []bool{true, true, false, false, false}, Stopping},
 		{"a second stop", []Phase{Stopping, Stopping}, []bool{true, false}, Stopping},
@@ -40,7 +40,7 @@ func TestLifecycleMoves(t *testing.T) {
 					want = append(want, to)
 				}
 			}
-			if got := l.view().phase; got != tt.end {
+			if got := l.snapshot().phase; got != tt.end {
 				t.Errorf("phase %v, want %v", got, tt.end)
 			}
 			// The gauge hears of every applied move, and of nothing else.
@@ -59,25 +59,22 @@ func TestLifecycleMoves(t *testing.T) {
 func TestBeginDrainIsShared(t *testing.T) {
 	l, _ := newTestLifecycle()
 	l.move(Ready, "test")
-	run, isNew, stopOwner := l.beginDrain("preStop", false)
-	if run == nil || !isNew || stopOwner {
-		t.Fatalf("first preStop: run %v, new %v, stopOwner %v", run != nil, isNew, stopOwner)
+	run, isNew := l.beginDrain("preStop")
+	if run == nil || !isNew {
+		t.Fatalf("first preStop: run %v, new %v", run != nil, isNew)
 	}
-	again, isNew, stopOwner := l.beginDrain("SIGTERM", true)
-	if again != run || isNew || !stopOwner {
-		t.Fatalf("SIGTERM joins the drain and owns the stop: same %v, new %v, stopOwner %v", again == run, isNew, stopOwner)
+	again, isNew := l.beginDrain("SIGTERM")
+	if again != run || isNew {
+		t.Fatalf("SIGTERM joins the drain: same %v, new %v", again == run, isNew)
 	}
-	if _, _, stopOwner := l.beginDrain("SIGTERM", true); stopOwner {
-		t.Fatal("a second SIGTERM must not own the stop again")
-	}
-	if v := l.view(); v.phase != Draining || !v.draining {
+	if v := l.snapshot(); v.phase != Draining || !v.draining {
 		t.Fatalf("view %+v", v)
 	}
 	l.move(Stopping, "drained")
-	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+	if run, _ := l.beginDrain("preStop"); run != nil {
 		t.Fatal("a drain began while stopping")
 	}
-	if !l.view().draining {
+	if !l.snapshot().draining {
 		t.Fatal("the drain that happened is forgotten")
 	}
 }
@@ -85,7 +82,7 @@ func TestBeginDrainIsShared(t *testing.T) {
 func TestBeginDrainAfterStopHasNothingToDrain(t *testing.T) {
 	l, _ := newTestLifecycle()
 	l.move(Stopping, "peers completed")
-	if run, _, _ := l.beginDrain("preStop", false); run != nil {
+	if run, _ := l.beginDrain("preStop"); run != nil {
 		t.Fatal("a drain began while stopping")
 	}
 }
@@ -129,7 +126,7 @@ func TestNoFirstReadinessOnceAStopIsDecided(t *testing.T) {
 			if l.becameReady(time.Now(), "test") {
 				t.Fatal("the first readiness was taken after the stop")
 			}
-			if v := l.view(); l.everReady() || !v.readyAt.IsZero() || v.phase == Ready {
+			if v := l.snapshot(); l.everReady() || !v.readyAt.IsZero() || v.phase == Ready {
 				t.Fatalf("ever ready %v, view %+v", l.everReady(), v)
 			}
 			if l.neverReady() == "" {
@@ -145,7 +142,7 @@ func TestNoFirstReadinessOnceAStopIsDecided(t *testing.T) {
 	if !l.becameReady(time.Now(), "test") || l.neverReady() != "" {
 		t.Fatal("a preStop before readiness refused it")
 	}
-	// The signal's EverReady is the lifecycle's, whatever the caller says.
+	// Whether the proxy has been ready is the lifecycle's to say.
 	if ready := l.record(Event{Kind: Signal, Signal: syscall.SIGTERM}); !ready {
 		t.Fatal("record says not ready after the first readiness")
 	}

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +24,8 @@ type meters struct {
 	completionTo *metrics.Value
 	drains       metrics.Vec
 	drainSeconds *metrics.Value
+	phaseMu      sync.Mutex
+	shown        Phase // the phase the state gauge shows
 }
 
 func newMeters(s *Supervisor) *meters {
@@ -48,8 +51,16 @@ func newMeters(s *Supervisor) *meters {
 	return m
 }
 
-// setPhase is the lifecycle's, and only the lifecycle's, to call.
+// setPhase is the lifecycle's, and only the lifecycle's, to call, once its
+// lock is released; moves told out of order (two goroutines' moves) are
+// shown in order, since phases only move forward.
 func (m *meters) setPhase(now Phase) {
+	m.phaseMu.Lock()
+	defer m.phaseMu.Unlock()
+	if now < m.shown {
+		return
+	}
+	m.shown = now
 	for p := Starting; p <= Exited; p++ {
 		v := 0.0
 		if p == now {

@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/portwatch"
 )
@@ -39,25 +38,28 @@ import (
 // once with 143, as in every mode. Every other native SIGTERM exits 0.
 
 // nativeTerminate is a native sidecar's SIGTERM (or SIGINT) once the proxy
-// has been ready.
-func (s *Supervisor) nativeTerminate(name string) {
-	alive, what := s.appAlive()
+// has been ready; the termination actor's.
+func (t *termination) nativeTerminate(name string) {
+	alive, what := t.appAlive()
 	if !alive {
-		s.stop(name + ": the app has exited (native sidecar)")
+		t.stop(name + ": the app has exited (native sidecar)")
 		return
 	}
-	if hung, why := s.hung(); hung {
-		s.stop(name + ": the kubelet restarts a hung proxy (" + why + ")")
+	if hung, why := t.hung(); hung {
+		t.stop(name + ": the kubelet restarts a hung proxy (" + why + ")")
 		return
 	}
-	hold := min(s.cfg.DrainMin, s.cfg.DrainTimeout)
-	s.log.Info("the app still runs: the kubelet restarts this sidecar; draining for --drain-min, then stopping",
+	hold := min(t.cfg.DrainMin, t.cfg.DrainTimeout)
+	t.log.Info("the app still runs: the kubelet restarts this sidecar; draining for --drain-min, then stopping",
 		"app", what, "drain_min", hold)
-	if s.drain(name, false) == nil {
-		s.log.Info("already stopping", "signal", name)
+	if t.drain(name, false) == nil {
+		t.log.Info("already stopping", "signal", name)
 		return
 	}
-	time.AfterFunc(hold, func() { s.stop(name + ": the sidecar restarts while the app runs") })
+	if t.restartHold == nil {
+		t.restartHold = t.clk.NewTimer(hold)
+		t.holdWhy = name + ": the sidecar restarts while the app runs"
+	}
 }
 
 // appAlive reports whether the app still runs, and what says so: a peer
@@ -65,22 +67,22 @@ func (s *Supervisor) nativeTerminate(name string) {
 // reported their end are the app's end, whatever else listens in the pod
 // (another sidecar's port). A scan that fails says nothing: the app counts
 // as gone, since a native SIGTERM while it runs is the rare case.
-func (s *Supervisor) appAlive() (bool, string) {
-	switch n, err := s.book.Running(); {
+func (t *termination) appAlive() (bool, string) {
+	switch n, err := t.book.Running(); {
 	case n > 0:
 		return true, "a peer runs under exec"
 	case err != nil:
 		return true, "whether a peer runs under exec is unknown: " + err.Error()
 	}
-	if isClosed(s.book.Settled()) {
+	if isClosed(t.book.Settled()) {
 		return false, ""
 	}
-	socks, err := s.scanner.Listening()
+	socks, err := t.scanner.Listening()
 	if err != nil {
-		s.log.Warn("cannot list the app's ports; taking the app for gone", "err", err)
+		t.log.Warn("cannot list the app's ports; taking the app for gone", "err", err)
 		return false, ""
 	}
-	if ports := portwatch.Ports(s.owner.AppSockets(socks, s.learnedPorts())); len(ports) > 0 {
+	if ports := portwatch.Ports(t.owner.AppSockets(socks, t.learnedPorts())); len(ports) > 0 {
 		return true, fmt.Sprint("the app listens on ", ports)
 	}
 	return false, ""

@@ -63,29 +63,6 @@ func TestNativeSigtermAfterTheAppStopsAtOnce(t *testing.T) {
 	}
 }
 
-// A SIGTERM while the app still runs is not the pod's end, which the kubelet
-// signals only once the app has exited: it restarts the sidecar. The drain
-// then holds the proxy for --drain-min, as the pod leaves the endpoints, and
-// does not wait for the app's end.
-func TestNativeSigtermWhileTheAppRunsIsARestart(t *testing.T) {
-	const min = 400 * time.Millisecond
-	h := startSupervisor(t, native(min))
-	h.waitReady()
-	h.listenApp()
-	start := time.Now()
-	h.signal(syscall.SIGTERM)
-	h.eventually("the restart's drain started", func() bool { return h.logged("the app still runs") })
-	if s := h.status(); s.State != "draining" {
-		t.Errorf("state %q, want draining", s.State)
-	}
-	if code := h.wait(5 * time.Second); code != 0 {
-		t.Fatalf("Run = %d, want 0", code)
-	}
-	if d := time.Since(start); d < min || d > min+2*time.Second {
-		t.Errorf("SIGTERM to exit took %v; want --drain-min (%v) and the stop", d, min)
-	}
-}
-
 // A hung proxy is what the livenessProbe restarts: a drain would need the
 // admin API that does not answer, so the stop starts at once even while the
 // app runs.

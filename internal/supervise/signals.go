@@ -92,10 +92,10 @@ func (s *Supervisor) handleSignals(ctx context.Context, sigs *Signals) error {
 	}
 }
 
-// stoppedEarly answers a stop signal that came before the proxy was
+// stopSignalBeforeFork answers a stop signal that came before the proxy was
 // started: there is nothing to drain or stop, so the supervisor exits with
 // the table's code (128+N) without forking it.
-func (s *Supervisor) stoppedEarly(sigs *Signals) (code int, stopped bool) {
+func (s *Supervisor) stopSignalBeforeFork(sigs *Signals) (code int, stopped bool) {
 	select {
 	case v := <-sigs.stops:
 		sig := v.(syscall.Signal)
@@ -115,15 +115,10 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 	s.log.Info("signal received", "signal", name)
 	s.m.signals.With(name).Inc()
 	switch sig {
-	case syscall.SIGTERM, syscall.SIGINT:
-		s.terminate(sig)
-	case syscall.SIGQUIT:
-		// The operator's emergency exit: no drain, no grace.
-		s.life.record(Event{Kind: Signal, Signal: sig})
-		s.life.move(Stopping, "SIGQUIT")
-		s.log.Warn("killing the proxy's group at once", "reason", name, "pgid", s.proc.Pid())
-		s.proc.Kill()
-		s.book.Unwatch()
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT:
+		// The termination actor's to act on; once it has ended, the proxy
+		// has exited and nothing is left to stop.
+		s.toTermination(&termEvent{sig: sig})
 	case syscall.SIGUSR1:
 		// Envoy reopens its access logs on SIGUSR1, but only once its
 		// handlers are installed; before that the signal kills it. Sent to
@@ -139,22 +134,5 @@ func (s *Supervisor) onSignal(sig syscall.Signal) {
 		// SIGHUP kills pilot-agent and SIGUSR2 kills Envoy; forwarding
 		// either would turn a stray signal into an outage.
 		s.log.Info("signal not forwarded", "signal", name)
-	}
-}
-
-// terminate is SIGTERM's (or SIGINT's) way out: drain, then stop. Before the
-// proxy was ever ready there is nothing to drain, and it stops at once.
-func (s *Supervisor) terminate(sig syscall.Signal) {
-	name := unix.SignalName(sig)
-	if ready := s.life.record(Event{Kind: Signal, Signal: sig}); !ready {
-		s.stop(name + " before the proxy was ever ready")
-		return
-	}
-	if s.cfg.Policy.Native {
-		s.nativeTerminate(name)
-		return
-	}
-	if s.drain(name, true) == nil {
-		s.log.Info("already stopping", "signal", name)
 	}
 }

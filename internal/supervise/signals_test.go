@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock/clocktest"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,9 +133,12 @@ func TestRepeatedSignalsKeepTheFirstCode(t *testing.T) {
 	}
 }
 
-// A proxy that hangs on shutdown is escalated to SIGTERM after the grace and
-// SIGKILL at the stop timeout; the code stays the completion's.
+// A proxy that hangs on shutdown is escalated to SIGTERM once the quit
+// grace has passed and to SIGKILL at the stop timeout, each counted from
+// the stop request on the supervisor's clock; the code stays the
+// completion's.
 func TestStopEscalation(t *testing.T) {
+	const grace, timeout = 4 * time.Second, 9 * time.Second
 	tests := []struct {
 		name string
 		code int
@@ -144,27 +148,29 @@ func TestStopEscalation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := startSupervisor(t, func(_ *harness, c *Config) {
-				c.QuitGrace = 100 * time.Millisecond
-				c.StopTimeout = 400 * time.Millisecond
-			}, "--hang-on-term")
+			clk := clocktest.New()
+			h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) {
+				c.QuitGrace, c.StopTimeout = grace, timeout
+			}), "--hang-on-term")
 			h.waitReady()
-			at := time.Now()
-			h.complete("app", tt.code, "")
+			began := clk.Now()
+			h.complete("app", tt.code, "") // the job is done: the proxy stops at once
+			h.eventually("the stop", func() bool { return h.logged("stop requested") })
+			expectArmed(t, clk, "SIGTERM", began, grace)
+			h.eventually("SIGTERM", func() bool { return h.logged("escalated to SIGTERM") })
+			// Seen before the SIGKILL, which would cut the fake Envoy's line.
+			h.eventually("the fake Envoy's SIGTERM", func() bool { return strings.Contains(h.envoyOutput(), "caught ENVOY_SIGTERM") })
+			if h.logged("escalated to SIGKILL") {
+				t.Fatal("SIGKILL before the stop timeout")
+			}
+			expectArmed(t, clk, "SIGKILL", began, timeout)
 			if code := h.wait(5 * time.Second); code != tt.code {
 				t.Fatalf("Run = %d, want %d", code, tt.code)
 			}
-			took := time.Since(at)
-			if took < h.cfg.StopTimeout || took > h.cfg.StopTimeout+2*time.Second {
-				t.Errorf("stopped after %v; want SIGKILL at the %v stop timeout", took, h.cfg.StopTimeout)
-			}
-			for _, want := range [][]string{{"escalated to SIGTERM"}, {"escalated to SIGKILL"}, {"proxy exited", "status", "killed by SIGKILL"}} {
+			for _, want := range [][]string{{"escalated to SIGKILL"}, {"proxy exited", "status", "killed by SIGKILL"}} {
 				if !h.logged(want[0], want[1:]...) {
 					t.Errorf("no log %q", want)
 				}
-			}
-			if !strings.Contains(h.envoyOutput(), "caught ENVOY_SIGTERM") {
-				t.Error("the fake Envoy never got the SIGTERM to its group")
 			}
 		})
 	}

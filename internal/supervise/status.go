@@ -33,7 +33,7 @@ func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 			case <-s.life.readiedCh():
 				return true, ""
 			case <-ctx.Done():
-				return false, s.notTaken()
+				return false, s.whyReadyNotTaken()
 			}
 		}
 		select {
@@ -66,18 +66,17 @@ func (s *Supervisor) Complete(ctx context.Context, c control.Completion) error {
 // traffic to drain: the hook returns at once, so that the pod's
 // termination is not held up by a proxy that cannot start (Istio #51883).
 func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
-	if ready := s.life.record(Event{Kind: PreStop}); !ready {
-		s.log.Info("preStop before the proxy was ever ready: nothing to drain")
-		return true, control.NeverReady
-	}
-	run := s.drain("preStop", false)
-	if run == nil {
+	r := &termEvent{preStop: true}
+	if !s.toTermination(r) {
+		// The proxy has exited: the actor that would answer has ended.
+		if !s.life.everReady() {
+			return true, control.NeverReady
+		}
 		return true, control.AlreadyStopping
 	}
-	if s.cfg.Policy.Native {
-		// The kubelet holds a native sidecar's SIGTERM until the app has
-		// exited: waiting here too would only put it off (see native.go).
-		return true, control.NativeSidecar
+	run := r.answer.run
+	if run == nil {
+		return true, r.answer.word
 	}
 	select {
 	case <-run.done:
@@ -108,10 +107,10 @@ func drainWord(e drain.End) string {
 	return string(e)
 }
 
-// notTaken is why a proxy that its admin API says is ready is not, for
+// whyReadyNotTaken is why a proxy that its admin API says is ready is not, for
 // every reader: its first readiness is refused (a stop came first), or not
 // yet noted by the readiness actor.
-func (s *Supervisor) notTaken() string {
+func (s *Supervisor) whyReadyNotTaken() string {
 	if why := s.life.neverReady(); why != "" {
 		return why
 	}
@@ -131,7 +130,7 @@ func (s *Supervisor) healthReady() (bool, string) {
 	case !st.Ready:
 		return false, st.Reason
 	case !s.life.everReady():
-		return false, s.notTaken()
+		return false, s.whyReadyNotTaken()
 	}
 	return true, ""
 }
@@ -166,7 +165,7 @@ func (s *Supervisor) hung() (bool, string) {
 func (s *Supervisor) Status() control.Status {
 	st, _ := s.tracker.Status()
 	peers, verdict := s.book.Peers()
-	v := s.life.view()
+	v := s.life.snapshot()
 	out := control.Status{
 		State:    v.phase.String(),
 		Ready:    st.Ready && !v.readyAt.IsZero(),
@@ -181,7 +180,7 @@ func (s *Supervisor) Status() control.Status {
 	case !st.Ready:
 		out.Reason = st.Reason
 	case !out.Ready:
-		out.Reason = s.notTaken()
+		out.Reason = s.whyReadyNotTaken()
 	}
 	if err := s.book.Replaced(); err != nil {
 		out.RecordsError = err.Error()

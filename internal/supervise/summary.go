@@ -28,12 +28,12 @@ const summaryWait = 100 * time.Millisecond
 // the time from start to the proxy's first readiness, and from the
 // decisive event to now.
 func (s *Supervisor) summary(code int, err error) string {
-	return summaryLine(code, s.life.view(), s.start, err)
+	return summaryLine(code, s.life.snapshot(), s.start, err)
 }
 
 // summaryLine is summary for the lifecycle seen as v, started at start; a
 // zero v is a supervisor that nothing decided and that was never ready.
-func summaryLine(code int, v view, start time.Time, err error) string {
+func summaryLine(code int, v snapshot, start time.Time, err error) string {
 	now := time.Now()
 	why := v.decidedBy
 	if why == "" {
@@ -73,7 +73,7 @@ func (s *Supervisor) writeSummary(code int, err error) {
 // WriteFailure writes the termination message of a supervisor that New
 // refused, which exits with code before anything ran.
 func WriteFailure(cfg Config, code int, err error) {
-	writeTerminationLog(cfg.TerminationLog, summaryLine(code, view{}, time.Time{}, err), cfg.Log)
+	writeTerminationLog(cfg.TerminationLog, summaryLine(code, snapshot{}, time.Time{}, err), cfg.Log)
 }
 
 // writeTerminationLog replaces the file's content with line, unless path

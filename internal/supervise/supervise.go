@@ -4,10 +4,11 @@
 // lifecycle that it owns.
 //
 // The group lives exactly as long as the proxy. Every way out (a signal, the
-// app's completion, the failure of an actor) asks the proxy to stop, and the
-// proxy's exit ends the group. The reaper is not in the group: it outlives
-// it, so that the proxy's exit is always delivered. The exit code is fixed by
-// the first decisive event (see ExitCode), not by the last.
+// app's completion, the failure of an actor) is an event for the termination
+// actor, which alone stops the proxy, and whose return at the proxy's exit
+// ends the group. The reaper is not in the group: it outlives it, so that
+// the proxy's exit is always delivered. The exit code is fixed by the first
+// decisive event (see decision.take), not by the last.
 package supervise
 
 import (
@@ -24,6 +25,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/oklog/run"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/completion"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
@@ -88,7 +90,10 @@ type Config struct {
 	Signals *Signals
 
 	Intervals Intervals
-	Log       *slog.Logger
+	// Clock times the termination: its windows and bounds, the drain and
+	// the proxy's stop sequence; nil means the system's.
+	Clock clock.Clock
+	Log   *slog.Logger
 }
 
 // Intervals pace the supervisor's polls. Zero fields mean the defaults,
@@ -119,7 +124,9 @@ type Supervisor struct {
 	sock   *control.Server  // bound by Run
 	health *health.Server   // bound by Run; nil: no health server
 
-	stopping chan struct{} // closed by the one move to Stopping
+	termEvents chan *termEvent // to the termination actor
+	terminated chan struct{}   // closed when the termination actor returns
+	term       termination     // the termination actor's own
 
 	envoyPorts atomic.Pointer[[]uint16]   // Envoy's listeners, learned when it is ready
 	drainCall  atomic.Pointer[drain.Call] // chosen for Envoy's release, learned when it is ready
@@ -145,15 +152,18 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = DefaultGracePeriod
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Supervisor{
-		cfg:      cfg,
-		admin:    envoy.NewAdmin(cfg.AdminURL),
-		log:      cfg.Log,
-		scanner:  portwatch.NewScanner(cfg.Log),
-		start:    time.Now(),
-		stopping: make(chan struct{}),
+		cfg:        cfg,
+		admin:      envoy.NewAdmin(cfg.AdminURL),
+		log:        cfg.Log,
+		scanner:    portwatch.NewScanner(cfg.Log),
+		start:      time.Now(),
+		termEvents: make(chan *termEvent),
+		terminated: make(chan struct{}),
 	}
 	s.owner = portwatch.Owner{AdminPort: s.admin.Port(), HealthPort: portOf(cfg.HealthAddr), ProxyUID: cfg.ProxyUID, AppPorts: cfg.AppPorts}
+	s.term = termination{Supervisor: s, clk: cfg.Clock}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
 	var also func(context.Context) string
@@ -182,6 +192,7 @@ func New(cfg Config) (*Supervisor, error) {
 		QuitGrace:   cfg.QuitGrace,
 		StopTimeout: cfg.StopTimeout,
 		Escalated:   s.m.escalated,
+		Clock:       cfg.Clock,
 		Log:         cfg.Log,
 	})
 	return s, nil
@@ -239,7 +250,7 @@ func (s *Supervisor) run(sigs *Signals) (int, error) {
 	if err := s.listen(); err != nil {
 		return 1, err
 	}
-	if code, stopped := s.stoppedEarly(sigs); stopped {
+	if code, stopped := s.stopSignalBeforeFork(sigs); stopped {
 		s.closeSockets()
 		return code, nil
 	}
@@ -338,8 +349,8 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 	}
 
 	// Another actor ended first: the proxy stops, or what its leader left
-	// (holdRemains) does. Once the proxy has exited, the move is refused.
-	add("proxy", s.waitProxy, func(error) { s.stop("shutting down") })
+	// (leaderExited) does. Once the proxy has exited, nothing is asked.
+	add("proxy", s.term.loop, func(error) { s.toTermination(&termEvent{shutdown: true}) })
 	for _, a := range []struct {
 		name string
 		run  func(context.Context) error
@@ -347,9 +358,7 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 		{"signals", func(ctx context.Context) error { return s.handleSignals(ctx, sigs) }},
 		{"tracker", s.tracker.Run},
 		{"readiness", func(ctx context.Context) error { return s.followReadiness(ctx, sock) }},
-		{"learn", s.learnAtReady},
 		{"records", s.book.KeepCurrent},
-		{"verdict", s.awaitVerdict},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		add(a.name, func() error { return a.run(ctx) }, func(error) { cancel() })
@@ -358,34 +367,18 @@ func (s *Supervisor) serve(sigs *Signals, sock *control.Server, hs *health.Serve
 	if hs != nil {
 		add("health server", hs.Serve, func(error) { hs.Close() })
 	}
+	// Learning what a drain needs is one-shot work, not an actor: its end
+	// must not end the group.
+	ctx, cancel := context.WithCancel(context.Background())
+	learned := make(chan struct{})
+	go func() {
+		defer close(learned)
+		s.learnAtReady(ctx)
+	}()
 	g.Run()
+	cancel()
+	<-learned
 	return errs.ErrorOrNil()
-}
-
-// waitProxy is the actor whose end ends the group.
-func (s *Supervisor) waitProxy() error {
-	e := s.proc.Wait()
-	s.holdRemains(e, s.checkEnvoyAtExit())
-	// Before the group is killed: what the tracker sees after this is the
-	// kill, not a death. Not before the hold: the tracker's end would end
-	// the group, the signals and the sockets with it.
-	s.tracker.Gone("proxy exited")
-	s.proc.KillLeftovers()
-	from, _ := s.life.move(Exited, e.String())
-	asked := from == Stopping
-	s.m.exits.With(fmt.Sprint(e.Code())).Inc()
-	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
-
-	v := s.life.view()
-	attrs := []any{"pid", s.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
-	if !v.envoyDown.IsZero() && !asked {
-		attrs = append(attrs, "envoy_died_at", v.envoyDown.Format(time.RFC3339Nano))
-	}
-	s.log.Info("proxy exited", attrs...)
-	if at := s.book.SettledAt(); !at.IsZero() {
-		s.m.completionTo.Set(time.Since(at).Seconds())
-	}
-	return nil
 }
 
 // envoyProbeMax bounds the look at the admin port when the proxy exits. A
@@ -411,54 +404,6 @@ func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 		envoyUp = err == nil && bound
 	}
 	return envoyUp
-}
-
-// holdRemains keeps an Envoy whose leader (pilot-agent) exited by itself
-// in the middle of the drain, until the drain ends: it still carries the
-// app's requests, and killing it with the group would cut them while the
-// app runs and the drain's bound has not passed. pilot-agent 1.28 to 1.30
-// panics when its drain POST fails (istio#60494). The exit is recorded at
-// once, and replaces the deletion's 0 (decision.take). When the drain
-// ends (or what was left exits by itself, or a stop is asked for: a native
-// sidecar's SIGTERM once the app has gone, SIGQUIT), what is left is
-// stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
-func (s *Supervisor) holdRemains(e reaper.Exit, envoyUp bool) {
-	run := s.life.drainRunning()
-	if run == nil {
-		return
-	}
-	s.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: s.cfg.FailOnEnvoyDeath})
-	if !envoyUp {
-		return
-	}
-	s.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
-		"pid", s.proc.Pid(), "status", e.String())
-	gone := s.proc.Remains()
-	select {
-	case <-run.done:
-		s.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(run.result.End))
-	case <-gone:
-		s.log.Warn("what the proxy's leader left in its group exited during the drain")
-	case <-s.stopping:
-	}
-	s.stop("the drain ended after the proxy's leader exited")
-	s.proc.StopLeft(gone)
-	select {
-	case <-gone:
-		s.log.Info("nothing the proxy's leader left in its group runs any more")
-	default: // SIGKILLed; KillLeftovers kills it again, and the PID namespace ends with us
-	}
-}
-
-// stop moves to Stopping and starts the proxy's stop sequence, once.
-func (s *Supervisor) stop(why string) {
-	if _, ok := s.life.move(Stopping, why); !ok {
-		return
-	}
-	close(s.stopping)
-	s.log.Info("stop requested", "reason", why)
-	s.proc.Stop()
-	s.book.Unwatch()
 }
 
 // followReadiness is the actor that acts on the tracker's changes of
@@ -530,26 +475,22 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 	}
 }
 
-// learnAtReady is the actor that, once the proxy is first ready, learns
-// what a drain will need from Envoy (its listeners' ports, and the drain
-// call its release takes), so that a drain has it even if the admin API is
-// slow by then. It then waits for the group's end, since its own would end
-// the group.
+// learnAtReady, once the proxy is first ready, learns what a drain will
+// need from Envoy (its listeners' ports, and the drain call its release
+// takes), so that a drain has it even if the admin API is slow by then.
 //
 // One after the other, the ports first (every drain needs them; a drain
 // that finds no call asks for one itself): at once, the two would open a
 // third connection to the admin API beside the tracker's, whose buffers an
 // idle supervisor, collected rarely, keeps resident.
-func (s *Supervisor) learnAtReady(ctx context.Context) error {
+func (s *Supervisor) learnAtReady(ctx context.Context) {
 	select {
 	case <-s.life.readiedCh():
 	case <-ctx.Done():
-		return nil
+		return
 	}
 	s.learnEnvoyPorts(ctx)
 	s.learnDrainCall(ctx)
-	<-ctx.Done()
-	return nil
 }
 
 // learnEnvoyPorts remembers the ports of Envoy's listeners.

@@ -1,87 +1,422 @@
 package supervise
 
 import (
-	"context"
-	"strings"
+	"fmt"
 	"syscall"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
+	"golang.org/x/sys/unix"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
 
-// The termination's part of the wiring: what the supervisor does when the
-// peers' verdict settles, and how it runs the one drain of a termination
-// (started by a preStop or SIGTERM, joined by the other).
+// The termination actor: the one goroutine that decides when and how the
+// proxy stops. Everything that may end the proxy's life is an event it
+// receives (a stop signal, the preStop hook, the peers' verdict, the end of
+// the drain, a window or bound elapsing on the supervisor's clock, another
+// actor's end, the proxy's exit) and it alone calls stop. Its state is its
+// own, read and written by no other goroutine; the lifecycle keeps what
+// others read (the phase, the exit code, the drain under way).
+//
+// It is the group's proxy actor: it returns once the proxy has exited (and
+// what its leader left in its group is gone), and that ends the group.
 
-// awaitVerdict acts once the completion records settle the job: the exit
-// code is fixed and the proxy stopped, except for a native sidecar, whose
-// end is the kubelet's SIGTERM. It then waits for the group's end, since its
-// own end would end the group.
-func (s *Supervisor) awaitVerdict(ctx context.Context) error {
+// termEvent is an event from another goroutine: a stop signal, the preStop
+// hook, or the group's end. Its sender waits until the actor has acted on
+// it (handled), so that what the event decided (the exit code, the drain)
+// is there to read when the sender goes on.
+type termEvent struct {
+	sig      syscall.Signal // a stop signal: SIGTERM, SIGINT or SIGQUIT
+	preStop  bool
+	shutdown bool // another actor ended the group
+
+	answer  preStopAnswer // preStop: what the hook is told, set by the actor
+	handled chan struct{}
+}
+
+// preStopAnswer is the actor's answer to a preStop: the drain to wait on,
+// or, when nil, the word the hook returns at once.
+type preStopAnswer struct {
+	run  *drainRun
+	word string
+}
+
+// termination is the termination actor: its methods run on its goroutine
+// alone (loop), and its fields are its own, read and written by no other.
+// It reaches the supervisor's parts (the lifecycle, the proxy, the book,
+// the config) through the embedded Supervisor, whose methods never reach
+// back into it but through toTermination.
+type termination struct {
+	*Supervisor
+	clk clock.Clock
+
+	verdictTurn <-chan struct{} // the book's next verdict; nil once done
+
+	// The deletion wait: a verdict whose failed peer may be the first sign
+	// of the pod's deletion (deletionWait).
+	deletion        clock.Timer // nil unless waiting
+	awaitingVerdict string      // the verdict's why, while waiting
+	deletionPeer    string      // the failed peer, and its code
+	deletionCode    int
+
+	// The restart hold: a native sidecar's SIGTERM while the app runs.
+	restartHold clock.Timer
+	holdWhy     string
+
+	// The drain's end: stopWhenDrained says the proxy stops then, by
+	// stopTrigger (a SIGTERM, not only a preStop).
+	run             *drainRun // the termination's one drain, once started
+	drainDone       <-chan struct{}
+	stopWhenDrained bool
+	stopTrigger     string
+	recheckDone     chan struct{} // a SIGTERM's re-check of an ended drain
+
+	// What the proxy's leader left in its group, held until the drain
+	// ends (leaderExited).
+	leaderExit *reaper.Exit
+	left       <-chan struct{} // closed once nothing of the group is left
+	remains    <-chan struct{} // left, until it has been acted on
+	leftDone   chan struct{}   // closed once StopLeft has returned
+}
+
+// timerC is t's channel, nil (never ready) for no timer.
+func timerC(t clock.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
+}
+
+// toTermination hands r to the actor and waits until it has acted on it.
+// It reports false when the actor has ended: the proxy has exited, and
+// nothing is left to decide.
+func (s *Supervisor) toTermination(r *termEvent) bool {
+	r.handled = make(chan struct{})
+	select {
+	case s.termEvents <- r:
+	case <-s.terminated:
+		return false
+	}
+	<-r.handled
+	return true
+}
+
+// loop is the termination actor. It runs from the fork until the
+// proxy's exit.
+func (t *termination) loop() error {
+	defer close(t.terminated)
+	exited := make(chan reaper.Exit, 1)
+	go func() { exited <- t.proc.Wait() }()
+	t.verdictChanged()
 	for {
-		v, turn := s.book.Next()
-		why := v.Why()
-		switch {
-		case v.Done:
-			s.settle(ctx, v, why)
-			<-ctx.Done()
-			return nil
-		case v.PodRestart != "":
-			s.log.Info("the kubelet restarts every container of the pod; the proxy stays until its SIGTERM, which stops it at once", "reason", why)
-		case v.Settled:
-			s.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
-		}
 		select {
-		case <-turn:
-		case <-ctx.Done():
+		case r := <-t.termEvents:
+			t.handle(r)
+			close(r.handled)
+		case <-t.verdictTurn:
+			t.verdictChanged()
+		case <-timerC(t.deletion):
+			t.deletionWindowEnded()
+		case <-timerC(t.restartHold):
+			t.restartHold = nil
+			t.stop(t.holdWhy)
+		case <-t.drainDone:
+			t.drainEnded()
+		case <-t.recheckDone:
+			t.recheckDone = nil
+			t.stop(t.stopTrigger)
+		case e := <-exited:
+			if !t.leaderExited(e) {
+				t.proxyExited(e)
+				return nil
+			}
+		case <-t.remains:
+			t.remains = nil
+			t.log.Warn("what the proxy's leader left in its group exited during the drain")
+			t.stop("the drain ended after the proxy's leader exited")
+		case <-t.leftDone:
+			if isClosed(t.left) { // else SIGKILLed; Finish kills it again, and the PID namespace ends with us
+				t.log.Info("nothing the proxy's leader left in its group runs any more")
+			}
+			t.proxyExited(*t.leaderExit)
 			return nil
 		}
+		t.deletionDecided()
 	}
 }
 
-// settle acts on a verdict that stops the proxy. A failed peer may be the
-// first sign of the pod's deletion, whose preStop or SIGTERM for the proxy
-// is still on its way; the verdict then waits for them (deletionWait), and
-// the first decides 0 (see decide) and ends the wait. A preStop that came
-// meanwhile has started the drain: the proxy stops once it has ended, as
-// on SIGTERM, so that the hook is not cut.
-func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
-	wait := s.deletionWait(v, time.Now())
-	s.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, AwaitsDeletion: wait > 0})
-	if wait > 0 {
-		if v.Stop.IsZero() {
-			s.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
-				"peer", v.Failed, "window", wait)
-		} else {
-			s.log.Info("peer stopped from outside; waiting for the pod's termination to reach the proxy (its preStop or SIGTERM) before deciding the exit code",
-				"peer", v.Failed, "exit_code", v.Code, "stop_signal", v.Stop.Signal, "stopped_at", v.Stop.At, "bound", wait)
-		}
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			s.life.record(Event{Kind: DeletionWindowEnded, Code: v.Code, Peer: v.Failed})
-		case <-s.life.decidedCh():
-			// A preStop or SIGTERM decided: the pod terminates. Its
-			// trigger decides before it starts its drain, so the drain may
-			// not have started yet; start it here (the trigger joins it)
-			// rather than stop the proxy under another peer's last
-			// requests, or under the hook that is about to drain.
-			if s.drain(why, true) == nil {
-				s.stop(why)
-			}
-			return
-		case <-ctx.Done():
-			return
-		}
+// handle acts on an event from another goroutine.
+func (t *termination) handle(r *termEvent) {
+	switch {
+	case r.shutdown:
+		t.stop("shutting down")
+	case r.preStop:
+		r.answer = t.preStop()
+	case r.sig == syscall.SIGQUIT:
+		// The operator's emergency exit: no drain, no grace.
+		t.life.record(Event{Kind: Signal, Signal: r.sig})
+		t.life.move(Stopping, "SIGQUIT")
+		t.log.Warn("killing the proxy's group at once", "reason", "SIGQUIT", "pgid", t.proc.Pid())
+		t.proc.Kill()
+		t.book.Unwatch()
+	default:
+		t.stopSignal(r.sig)
 	}
-	// A drain under way (a pod deletion) is not cut short: another peer may
-	// still be finishing through the proxy. Its end stops the proxy.
-	if s.life.draining() && s.drain(why, true) != nil {
+}
+
+// stopSignal is SIGTERM's (or SIGINT's) way out: drain, then stop. Before
+// the proxy was ever ready there is nothing to drain, and it stops at once.
+func (t *termination) stopSignal(sig syscall.Signal) {
+	name := unix.SignalName(sig)
+	if ready := t.life.record(Event{Kind: Signal, Signal: sig}); !ready {
+		t.stop(name + " before the proxy was ever ready")
 		return
 	}
-	s.stop(why)
+	if t.cfg.Policy.Native {
+		t.nativeTerminate(name)
+		return
+	}
+	if t.drain(name, true) == nil {
+		t.log.Info("already stopping", "signal", name)
+	}
+}
+
+// preStop is the hook's drain: started, or joined. A proxy that is already
+// stopping has nothing left to drain, and one that was never ready has
+// carried no traffic to drain: the hook returns at once, so that the pod's
+// termination is not held up by a proxy that cannot start (Istio #51883).
+func (t *termination) preStop() preStopAnswer {
+	if ready := t.life.record(Event{Kind: PreStop}); !ready {
+		t.log.Info("preStop before the proxy was ever ready: nothing to drain")
+		return preStopAnswer{word: control.NeverReady}
+	}
+	run := t.drain("preStop", false)
+	switch {
+	case run == nil:
+		return preStopAnswer{word: control.AlreadyStopping}
+	case t.cfg.Policy.Native:
+		// The kubelet holds a native sidecar's SIGTERM until the app has
+		// exited: waiting here too would only put it off (see native.go).
+		return preStopAnswer{word: control.NativeSidecar}
+	}
+	return preStopAnswer{run: run}
+}
+
+// verdictChanged reads the peers' verdict at each turn of the book. Once it
+// settles the job, the exit code is fixed and the proxy stopped, except for
+// a native sidecar, whose end is the kubelet's SIGTERM.
+func (t *termination) verdictChanged() {
+	v, turn := t.book.Next()
+	t.verdictTurn = turn
+	why := v.Why()
+	switch {
+	case v.Done:
+		t.verdictTurn = nil
+		t.verdictDone(v, why)
+	case v.PodRestart != "":
+		t.log.Info("the kubelet restarts every container of the pod; the proxy stays until its SIGTERM, which stops it at once", "reason", why)
+	case v.Settled:
+		t.log.Info("peers completed; the proxy stays until SIGTERM (a native sidecar, or --restart-policy Always)", "reason", why)
+	}
+}
+
+// verdictDone acts on a verdict that stops the proxy. A failed peer may be
+// the first sign of the pod's deletion, whose preStop or SIGTERM for the
+// proxy is still on its way; the verdict then waits for them
+// (deletionWait), and the first decides 0 (see decide) and ends the wait.
+func (t *termination) verdictDone(v peers.Verdict, why string) {
+	wait := t.deletionWait(v, t.clk.Now())
+	t.life.record(Event{Kind: PeersSettled, Code: v.Code, Peer: v.Failed, AwaitsDeletion: wait > 0})
+	if wait <= 0 {
+		t.stopAfterVerdict(why)
+		return
+	}
+	if v.Stop.IsZero() {
+		t.log.Info("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code",
+			"peer", v.Failed, "window", wait)
+	} else {
+		t.log.Info("peer stopped from outside; waiting for the pod's termination to reach the proxy (its preStop or SIGTERM) before deciding the exit code",
+			"peer", v.Failed, "exit_code", v.Code, "stop_signal", v.Stop.Signal, "stopped_at", v.Stop.At, "bound", wait)
+	}
+	t.deletion = t.clk.NewTimer(wait)
+	t.awaitingVerdict = why
+	t.deletionPeer, t.deletionCode = v.Failed, v.Code
+}
+
+// deletionWindowEnded: no preStop or SIGTERM came within the wait, and the
+// failed peer's code decides.
+func (t *termination) deletionWindowEnded() {
+	why := t.awaitingVerdict
+	t.deletion, t.awaitingVerdict = nil, ""
+	t.life.record(Event{Kind: DeletionWindowEnded, Code: t.deletionCode, Peer: t.deletionPeer})
+	t.stopAfterVerdict(why)
+}
+
+// deletionDecided ends the deletion wait once an event has fixed the code:
+// a preStop or SIGTERM, the pod terminates. The trigger's drain has started
+// (or the proxy is stopping); the verdict joins it, so that the proxy
+// stops once it ends, rather than under another peer's last requests or
+// under the hook that is draining.
+func (t *termination) deletionDecided() {
+	if t.deletion == nil {
+		return
+	}
+	if _, _, decided := t.life.exitCode(); !decided {
+		return
+	}
+	t.deletion.Stop()
+	why := t.awaitingVerdict
+	t.deletion, t.awaitingVerdict = nil, ""
+	if t.drain(why, true) == nil {
+		t.stop(why)
+	}
+}
+
+// stopAfterVerdict stops the proxy for a verdict, but a drain under way (a
+// pod deletion) is not cut short: another peer may still be finishing
+// through the proxy. Its end stops the proxy.
+func (t *termination) stopAfterVerdict(why string) {
+	if t.life.draining() && t.drain(why, true) != nil {
+		return
+	}
+	t.stop(why)
+}
+
+// drain starts the termination's drain, or joins the one under way, and
+// returns it; nil when the proxy is already stopping. With thenStop the
+// proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
+// ended already checks again first, within what is left of the bound,
+// since the app may have opened connections since.
+func (t *termination) drain(trigger string, thenStop bool) *drainRun {
+	run, isNew := t.life.beginDrain(trigger)
+	if run == nil {
+		return nil
+	}
+	if isNew {
+		run.started = t.clk.Now()
+		t.run, t.drainDone = run, run.done
+		go t.runDrain(run, trigger)
+	} else {
+		t.log.Info("drain already started", "trigger", trigger)
+	}
+	if !thenStop || t.stopWhenDrained {
+		return run
+	}
+	t.stopWhenDrained, t.stopTrigger = true, trigger
+	if !isNew && isClosed(run.done) {
+		done := make(chan struct{})
+		t.recheckDone = done
+		go func() {
+			defer close(done)
+			t.recheckDrain(run, trigger)
+		}()
+	}
+	return run
+}
+
+// drainEnded: the drain's end stops the proxy if a SIGTERM asked for it,
+// or what the proxy's leader left, held for the drain.
+func (t *termination) drainEnded() {
+	t.drainDone = nil
+	switch {
+	case t.leaderExit != nil:
+		t.log.Info("drain ended; stopping what the proxy's leader left in its group", "end", string(t.run.result.End))
+		t.stop("the drain ended after the proxy's leader exited")
+	case t.stopWhenDrained:
+		t.stop(t.stopTrigger)
+	}
+}
+
+// stop moves to Stopping and starts the proxy's stop sequence (or, once
+// its leader has exited by itself, the sequence against what it left),
+// once.
+func (t *termination) stop(why string) {
+	if t.restartHold != nil {
+		t.restartHold.Stop()
+		t.restartHold = nil
+	}
+	moved := false
+	if _, ok := t.life.move(Stopping, why); ok {
+		moved = true
+		t.log.Info("stop requested", "reason", why)
+		t.book.Unwatch()
+	}
+	if t.leaderExit == nil {
+		if moved {
+			t.proc.Stop()
+		}
+		return
+	}
+	if t.leftDone != nil {
+		return
+	}
+	done := make(chan struct{})
+	t.leftDone = done
+	go func() {
+		defer close(done)
+		t.proc.StopLeft(t.left)
+	}()
+}
+
+// leaderExited acts on the proxy leader's exit. It reports whether the
+// actor holds on for what the leader left in its group: an Envoy whose
+// pilot-agent exited by itself in the middle of the drain still carries
+// the app's requests, and killing it with the group would cut them while
+// the app runs and the drain's bound has not passed. pilot-agent 1.28 to
+// 1.30 panics when its drain POST fails (istio#60494). The exit is recorded
+// at once, and replaces the deletion's 0 (decision.take). When the drain
+// ends (or what was left exits by itself, or a stop is decided: a native
+// sidecar's SIGTERM once the app has gone, SIGQUIT), what is left is
+// stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
+func (t *termination) leaderExited(e reaper.Exit) (hold bool) {
+	envoyUp := t.checkEnvoyAtExit()
+	if t.life.drainRunning() == nil {
+		return false
+	}
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
+	if !envoyUp {
+		return false
+	}
+	t.log.Warn("the proxy's leader exited by itself in the middle of the drain; Envoy, left in its group, carries the app's traffic until the drain ends",
+		"pid", t.proc.Pid(), "status", e.String())
+	t.leaderExit = &e
+	t.left = t.proc.Remains()
+	t.remains = t.left
+	return true
+}
+
+// proxyExited is the proxy's end, and the actor's.
+func (t *termination) proxyExited(e reaper.Exit) {
+	// Before the group is killed: what the tracker sees after this is the
+	// kill, not a death.
+	t.tracker.Gone("proxy exited")
+	t.proc.KillLeftovers()
+	from, _ := t.life.move(Exited, e.String())
+	asked := from == Stopping
+	t.m.exits.With(fmt.Sprint(e.Code())).Inc()
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
+
+	v := t.life.snapshot()
+	attrs := []any{"pid", t.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
+	if !v.envoyDown.IsZero() && !asked {
+		attrs = append(attrs, "envoy_died_at", v.envoyDown.Format(time.RFC3339Nano))
+	}
+	t.log.Info("proxy exited", attrs...)
+	if at := t.book.SettledAt(); !at.IsZero() {
+		t.m.completionTo.Set(time.Since(at).Seconds())
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // deletionWait is how long a verdict that stops the proxy waits, from now,
@@ -103,147 +438,15 @@ func (s *Supervisor) settle(ctx context.Context, v peers.Verdict, why string) {
 //
 // A peer killed by a SIGTERM without that evidence waits the deletion
 // window, a guess (DefaultDeletionWindow).
-func (s *Supervisor) deletionWait(v peers.Verdict, now time.Time) time.Duration {
+func (t *termination) deletionWait(v peers.Verdict, now time.Time) time.Duration {
 	switch {
 	case v.Failed == "":
 		return 0
 	case !v.Stop.IsZero():
-		bound := s.cfg.GracePeriod + s.cfg.DeletionWindow
-		return min(max(v.Stop.At.Add(bound).Sub(now), s.cfg.DeletionWindow), bound)
+		bound := t.cfg.GracePeriod + t.cfg.DeletionWindow
+		return min(max(v.Stop.At.Add(bound).Sub(now), t.cfg.DeletionWindow), bound)
 	case v.Reason == peers.Signaled && v.Code == 128+int(syscall.SIGTERM):
-		return s.cfg.DeletionWindow
+		return t.cfg.DeletionWindow
 	}
 	return 0
-}
-
-// drain starts the termination's drain, or joins the one under way, and
-// returns it; nil when the proxy is already stopping. With thenStop the
-// proxy stops when the drain ends; a SIGTERM that finds a preStop's drain
-// ended already checks again first, within what is left of the bound, since
-// the app may have opened connections since.
-func (s *Supervisor) drain(trigger string, thenStop bool) *drainRun {
-	run, isNew, stopOwner := s.life.beginDrain(trigger, thenStop)
-	if run == nil {
-		return nil
-	}
-	if isNew {
-		go s.runDrain(run, trigger)
-	} else {
-		s.log.Info("drain already started", "trigger", trigger)
-	}
-	if stopOwner {
-		ended := !isNew && isClosed(run.done)
-		go func() {
-			<-run.done
-			if ended {
-				s.recheckDrain(run, trigger)
-			}
-			s.stop(trigger)
-		}()
-	}
-	return run
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// drainConfig is the drain's config for one trigger.
-func (s *Supervisor) drainConfig(trigger string) drain.Config {
-	// --drain-min keeps Envoy accepting while the pod leaves the endpoints
-	// and its app still serves. A native sidecar's drain ends nothing: its
-	// end is the kubelet's SIGTERM, once the app has gone (native.go).
-	minimum := s.cfg.DrainMin
-	if s.cfg.Policy.Native {
-		minimum = 0
-	}
-	return drain.Config{
-		Admin:           s.admin,
-		OpenScanner:     func() drain.OpenScanner { return s.scanner.Open() },
-		Owner:           s.owner,
-		Min:             minimum,
-		Timeout:         s.cfg.DrainTimeout,
-		Delay:           s.cfg.DrainDelay,
-		Call:            s.drainCallFor,
-		HealthcheckFail: s.cfg.DrainHealthcheckFail,
-		Running:         s.book.Running,
-		Tick:            s.cfg.Intervals.DrainTick,
-		StatsEvery:      s.cfg.Intervals.DrainStats,
-		Progress:        s.cfg.Intervals.DrainProgress,
-		Quiet:           s.cfg.Intervals.DrainQuiet,
-		Log:             s.log.With("trigger", trigger),
-	}
-}
-
-// learnedPorts are Envoy's listeners' ports learned when it was ready.
-func (s *Supervisor) learnedPorts() []uint16 {
-	if p := s.envoyPorts.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *Supervisor) runDrain(run *drainRun, trigger string) {
-	run.result = drain.Run(s.drainConfig(trigger), s.learnedPorts(), s.book.Settled())
-	s.m.drained(run.result)
-	close(run.done)
-}
-
-// recheckDrain waits again for the drain's condition, within what is left
-// of the first drain's bound: the listeners are drained already.
-func (s *Supervisor) recheckDrain(run *drainRun, trigger string) {
-	cfg := s.drainConfig(trigger)
-	cfg.Recheck = true
-	cfg.Timeout = max(time.Until(run.started.Add(s.cfg.DrainTimeout)), 0)
-	drain.Run(cfg, s.learnedPorts(), s.book.Settled())
-}
-
-// drainCallFor is the drain call for Envoy's release: the one learned at
-// ready, or, until the release has been read, ChooseCall's for an unknown
-// one, with the release asked again within ctx. A release read here is
-// learned for good.
-func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
-	if c := s.drainCall.Load(); c != nil {
-		return *c, true
-	}
-	info, err := s.admin.ServerInfo(ctx)
-	v := info.Version
-	if err != nil {
-		return drain.ChooseCall(v, false, s.cfg.DrainInboundOnly), false
-	}
-	call := drain.ChooseCall(v, true, s.cfg.DrainInboundOnly)
-	if !s.drainCall.CompareAndSwap(nil, &call) {
-		return *s.drainCall.Load(), true
-	}
-	attrs := []any{"envoy", v.String(), "call", call.String()}
-	if len(call.GivesUp) == 0 {
-		s.log.Info("drain call chosen", attrs...)
-	} else {
-		s.log.Warn("drain call chosen; this Envoy cannot give every aim of a drain", append(attrs, "gives_up", strings.Join(call.GivesUp, "; "))...)
-	}
-	if risk := drain.DrainTimeRisk(v, call, info.DrainTime, s.cfg.DrainTimeout); risk != "" {
-		s.log.Warn("Envoy's --drain-time-s is short for the drain's bound", "envoy", v.String(), "drain_time", info.DrainTime, "drain_timeout", s.cfg.DrainTimeout, "effect", risk)
-	}
-	return call, true
-}
-
-// learnDrainCall reads Envoy's release once it is ready, so that a drain
-// has its call even if the admin API is slow by then. A release that
-// cannot be read is said once here; each drain asks again.
-func (s *Supervisor) learnDrainCall(group context.Context) {
-	ctx, cancel := context.WithTimeout(group, time.Second)
-	defer cancel()
-	call, known := s.drainCallFor(ctx)
-	// A proxy being stopped stops answering: that says nothing of its
-	// release, and no drain will need the call.
-	if phase, _ := s.life.current(); known || group.Err() != nil || phase >= Stopping {
-		return
-	}
-	s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one until it is read",
-		"call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
 }
