@@ -8,7 +8,7 @@ export CGO_ENABLED = 0
 
 build:
 	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
-	$(GO) build -trimpath -o $(BIN)/fake-envoy ./cmd/fake-envoy
+	cd e2e && $(GO) build -trimpath -o $(abspath $(BIN))/fake-envoy ./cmd/fake-envoy
 
 # A local run of the pod lifecycle against the fake Envoy.
 demo: build
@@ -33,7 +33,7 @@ test: tools
 	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
 	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
 	@$(STAGE) "pilot-agent from Istio's module (scripts/pilot-agent.sh)" bash scripts/pilot-agent.sh
-	@$(STAGE) "unit and pod-sandbox tests under -race (./...)" $(MAKE) --no-print-directory test-race
+	@$(STAGE) "unit tests, then the fake Envoy's and the pod-sandbox tests (e2e/), under -race" $(MAKE) --no-print-directory test-race
 	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
 	@$(STAGE) "the deploy/ pods in a real kubelet (kubelettest/)" $(MAKE) --no-print-directory test-kubelet
 
@@ -41,23 +41,28 @@ test: tools
 tools:
 	$(GO) build -o $(BIN)/test-summary ./scripts/test-summary
 
+# go vet in the product's module and in the test module (e2e/); gofmt over
+# the whole tree, deploytest/ and kubelettest/ included (their vet runs in
+# their own targets).
 lint:
 	$(GO) vet ./...
+	cd e2e && $(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 
-# The unit tests, the fake Envoy's tests and the pod-sandbox end-to-end
-# tests (those need root for namespaces; they skip themselves otherwise),
-# all under the race detector, which needs cgo and a C compiler. Under it the
-# tests build race-instrumented binaries, so that a race in a process a test
-# drives fails that test. The pod tests mostly wait on processes, so more of
-# them run at once than there are cores.
+# The unit tests, then the test module (e2e/): the fake Envoy's tests and the
+# pod-sandbox end-to-end tests (those need root for namespaces; they skip
+# themselves otherwise), all under the race detector, which needs cgo and a
+# C compiler. Under it the tests build race-instrumented binaries, so that a
+# race in a process a test drives fails that test. The pod tests mostly wait
+# on processes, so more of them run at once than there are cores.
 test-race: tools
 	CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m ./...
+	cd e2e && CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m ./...
 
 # The pod tests once more against the binaries as shipped (static,
 # CGO_ENABLED=0).
 test-static: tools
-	$(SUMMARY) -count=1 -parallel 8 -timeout 10m ./e2e/
+	cd e2e && $(SUMMARY) -count=1 -parallel 8 -timeout 10m .
 
 # The deploy/ manifests, the Istio injection template (rendered by Istio's
 # own injector), the Dockerfiles and docs/lifecycle.svg, in their own module

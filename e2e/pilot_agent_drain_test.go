@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
 )
 
 // pilotAgent is a pilot-agent that scripts/pilot-agent.sh built before,

@@ -14,7 +14,7 @@
 # -o keeps each run's go test -json output in DIR (run-1.json, ...); by
 # default they go to a temporary directory that is removed.
 #
-#   scripts/flakes.sh -n 4 --stress -- -run 'TestWait' ./e2e/
+#   cd e2e && ../scripts/flakes.sh -n 4 --stress -- -run 'TestWait' .
 #   cd kubelettest && CI=true ../scripts/flakes.sh -n 2 -- -run 'TestPodFigures' -timeout 40m ./...
 #
 # It exits 1 when any run failed, 2 on bad usage.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the module for a short fixed time, one after the
+# Runs every fuzz target of the repository's modules for a short fixed time, one after the
 # other, so that CI fuzzes each on every run: `make fuzz` (FUZZTIME=3s each
 # by default). The seed corpus is each package's testdata/fuzz/FuzzName/ plus
 # its f.Add calls; a failing input is written there by `go test` and must be
@@ -26,11 +26,20 @@ failed=0
 coordinatorRace() {
   grep -qx '    context deadline exceeded' <<<"$1" && ! grep -q 'Failing input written to' <<<"$1"
 }
+# moduleOf is the directory of the module that holds package dir $1 (the
+# nearest go.mod above it: e2e/ is a module of its own).
+moduleOf() {
+  local d=$1
+  until [ -f "$d/go.mod" ]; do d=$(dirname "$d"); done
+  echo "$d"
+}
 for t in "${targets[@]}"; do
   read -r dir name <<<"$t"
+  mod=$(moduleOf "$dir")
+  rel=${dir#"$mod"}
   for try in 1 2 3; do
     # -parallel 2: the machine's cores; a bounded -timeout covers a hung target.
-    if out=$(go test -count=1 -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -parallel 2 -timeout 2m "./$dir" 2>&1); then
+    if out=$(go -C "$mod" test -count=1 -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -parallel 2 -timeout 2m "./${rel#/}" 2>&1); then
       status=ok
       break
     fi

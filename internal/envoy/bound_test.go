@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -46,5 +47,20 @@ func TestAdminDialIsBounded(t *testing.T) {
 	// The dial's context or its socket's deadline, whichever fires first.
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("err %v, want the dial's timeout", err)
+	}
+}
+
+func TestBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := adminFor("http://" + ln.Addr().String())
+	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+		t.Fatalf("listening port: %v %v", ok, err)
+	}
+	ln.Close()
+	if ok, err := a.Bound(context.Background()); ok || err != nil {
+		t.Fatalf("closed port: %v %v", ok, err)
 	}
 }

@@ -13,10 +13,12 @@ import (
 	"testing"
 )
 
-// The project's binaries, as module-relative package paths for Build.
+// The project's binaries, as package paths relative to the repository's
+// root for Build; each is built in its own module (the fake Envoy in the
+// test module, e2e/).
 const (
 	Supervisor = "cmd/proxy-supervisor"
-	FakeEnvoy  = "cmd/fake-envoy"
+	FakeEnvoy  = "e2e/cmd/fake-envoy"
 	Storm      = "scripts/storm"
 )
 
@@ -130,7 +132,8 @@ func build(pkgs []string) error {
 		// One directory for all, named as the packages are: tests find
 		// one binary beside another.
 		out := filepath.Join(builds.dir, path.Base(pkg))
-		if err := goBuild(root, out, Race, append(flags, "./"+pkg)...); err != nil {
+		dir, rel := packageModule(root, pkg)
+		if err := goBuild(dir, out, Race, append(flags, rel)...); err != nil {
 			return err
 		}
 		builds.bins[pkg] = out
@@ -138,7 +141,7 @@ func build(pkgs []string) error {
 	return nil
 }
 
-// Static builds the main module's package pkg (for example Supervisor) into
+// Static builds the repository's package pkg (for example Supervisor) into
 // out as the release does, static and without the race detector whatever
 // the test binary runs under: for a binary that goes into an image.
 func Static(pkg, out string) error {
@@ -147,7 +150,23 @@ func Static(pkg, out string) error {
 		return err
 	}
 	touchSources(root)
-	return goBuild(root, out, false, "./"+pkg)
+	dir, rel := packageModule(root, pkg)
+	return goBuild(dir, out, false, rel)
+}
+
+// packageModule is the directory of the module that holds the package at
+// pkg under root (the nearest go.mod above it) and the package's path
+// relative to it, for go build run there.
+func packageModule(root, pkg string) (dir, rel string) {
+	dir = filepath.Join(root, filepath.FromSlash(pkg))
+	for dir != root {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	r, _ := filepath.Rel(dir, filepath.Join(root, filepath.FromSlash(pkg)))
+	return dir, "./" + filepath.ToSlash(r)
 }
 
 // GoBuild runs go build -o out with args in dir, static: for a test module
@@ -171,7 +190,8 @@ func goBuild(dir, out string, race bool, args ...string) error {
 	return nil
 }
 
-// mainModule is the module whose binaries Build makes.
+// mainModule is the module at the repository's root, whose directory
+// Build's package paths are relative to.
 const mainModule = "github.com/proxy-supervisor/proxy-supervisor"
 
 // moduleRoot is the directory of the main module: the nearest one above

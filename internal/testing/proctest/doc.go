@@ -1,6 +1,7 @@
 // Package proctest is the one layer of the tests that run processes, shared
-// by e2e and by the nested test modules (deploytest, kubelettest): it builds
-// the project's binaries once per test binary, starts processes with their
+// by the product's tests and by the nested test modules (e2e, deploytest,
+// kubelettest): it builds the project's binaries once per test binary, each
+// in its own module, starts processes with their
 // output kept for assertions, runs code and processes inside network
 // namespaces, waits for their exit with a bound, waits for a log line or any
 // other observable state, and hands out free ports and temp dirs short

@@ -114,3 +114,21 @@ func TestModuleRootFromANestedModule(t *testing.T) {
 		t.Fatalf("moduleRoot from %s: %q, %v; want %q", nested, got, err, root)
 	}
 }
+
+// A package of a nested module is built in that module: the fake Envoy in
+// e2e's, the supervisor in the root's.
+func TestPackageModule(t *testing.T) {
+	t.Parallel()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ pkg, dir, rel string }{
+		{Supervisor, root, "./cmd/proxy-supervisor"},
+		{FakeEnvoy, filepath.Join(root, "e2e"), "./cmd/fake-envoy"},
+	} {
+		if dir, rel := packageModule(root, tt.pkg); dir != tt.dir || rel != tt.rel {
+			t.Errorf("packageModule(%s) = %s, %s; want %s, %s", tt.pkg, dir, rel, tt.dir, tt.rel)
+		}
+	}
+}

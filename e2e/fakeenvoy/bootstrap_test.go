@@ -38,7 +38,7 @@ func TestParseYAML(t *testing.T) {
 // scalar included.
 func TestParseDeployBootstrap(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../deploy/envoy-sidecar/envoy-config.yaml")
+	raw, err := os.ReadFile("../../deploy/envoy-sidecar/envoy-config.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
 )
 
 func main() {

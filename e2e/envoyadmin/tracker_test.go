@@ -1,4 +1,4 @@
-package envoy
+package envoyadmin
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
-func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
+func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *envoy.Admin) {
 	t.Helper()
 	if o.AdminAddr == "" {
 		o.AdminAddr = "127.0.0.1:0"
@@ -32,17 +34,35 @@ func startEnvoy(t *testing.T, o fakeenvoy.Options) (*fakeenvoy.Envoy, *Admin) {
 	return e, a
 }
 
+// adminFor is envoy.NewAdmin of a URL as the flags take it.
+func adminFor(raw string) (*envoy.Admin, error) {
+	u, err := http1.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return envoy.NewAdmin(u), nil
+}
+
+// readyFor is envoy.NewReadyURL of a URL as the flags take it.
+func readyFor(raw string) (*envoy.ReadyURL, error) {
+	u, err := http1.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return envoy.NewReadyURL(u), nil
+}
+
 // track runs a tracker of a until the test ends. Once ready it polls every
 // 50 ms rather than every second, so that the tests do not wait on the clock.
-func track(t *testing.T, a *Admin, strict bool) *Tracker {
+func track(t *testing.T, a *envoy.Admin, strict bool) *envoy.Tracker {
 	tr, _ := trackDone(t, a, strict)
 	return tr
 }
 
 // trackDone is track, with a channel closed when the tracker's Run returns.
-func trackDone(t *testing.T, a *Admin, strict bool) (*Tracker, <-chan struct{}) {
+func trackDone(t *testing.T, a *envoy.Admin, strict bool) (*envoy.Tracker, <-chan struct{}) {
 	t.Helper()
-	tr := NewTracker(a, TrackerConfig{Strict: strict, ReadyEvery: 50 * time.Millisecond})
+	tr := envoy.NewTracker(a, envoy.TrackerConfig{Strict: strict, ReadyEvery: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
@@ -50,8 +70,39 @@ func trackDone(t *testing.T, a *Admin, strict bool) (*Tracker, <-chan struct{}) 
 	return tr, done
 }
 
+// countingProxy forwards the connections it accepts to addr and counts them.
+func countingProxy(t *testing.T, addr string) (string, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { io.Copy(up, c); up.Close() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), &n
+}
+
 // waitStatus waits (bounded) for a status that satisfies ok, by subscription.
-func waitStatus(t *testing.T, tr *Tracker, d time.Duration, ok func(Status) bool) Status {
+func waitStatus(t *testing.T, tr *envoy.Tracker, d time.Duration, ok func(envoy.Status) bool) envoy.Status {
 	t.Helper()
 	timeout := time.After(d)
 	for {
@@ -81,8 +132,8 @@ func TestTrackerPhases(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, a := startEnvoy(t, tt.opts)
 			tr := track(t, a, false)
-			waitStatus(t, tr, 5*time.Second, func(s Status) bool { return strings.HasPrefix(s.Reason, tt.before) && !s.Ready })
-			st := waitStatus(t, tr, 10*time.Second, func(s Status) bool { return s.Ready })
+			waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return strings.HasPrefix(s.Reason, tt.before) && !s.Ready })
+			st := waitStatus(t, tr, 10*time.Second, func(s envoy.Status) bool { return s.Ready })
 			if st.Reason != "LIVE" {
 				t.Fatalf("ready with reason %q", st.Reason)
 			}
@@ -94,9 +145,9 @@ func TestTrackerPhases(t *testing.T) {
 func TestTrackerNoticesDeath(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{InitDelay: 100 * time.Millisecond})
 	tr := track(t, a, false)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	e.Close()
-	st := waitStatus(t, tr, 3*time.Second, func(s Status) bool { return !s.Ready })
+	st := waitStatus(t, tr, 3*time.Second, func(s envoy.Status) bool { return !s.Ready })
 	if !st.Down {
 		t.Fatalf("a closed admin port should read as down: %+v", st)
 	}
@@ -107,22 +158,22 @@ func TestTrackerNoticesDeath(t *testing.T) {
 // stops when the admin API falls silent: what liveness needs to see a hung
 // Envoy.
 func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
-	e, a := startEnvoy(t, fakeenvoy.Options{})
+	e, _ := startEnvoy(t, fakeenvoy.Options{})
 	// A silent admin API's every request is cut at its Timeout, and its
-	// connection with it: the dials count the requests.
-	a.Timeout = 250 * time.Millisecond
-	var dials atomic.Int32
-	dial := a.client.Dial
-	a.client.Dial = func(ctx context.Context) (net.Conn, error) {
-		dials.Add(1)
-		return dial(ctx)
+	// connection with it: the connections counted on the way count the
+	// requests.
+	via, dials := countingProxy(t, e.AdminAddr())
+	a, err := adminFor("http://" + via)
+	if err != nil {
+		t.Fatal(err)
 	}
+	a.Timeout = 250 * time.Millisecond
 	tr := track(t, a, false)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	if err := a.Post(context.Background(), "/healthcheck/fail"); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Reason == "DRAINING" })
+	waitStatus(t, tr, 3*time.Second, func(s envoy.Status) bool { return s.Reason == "DRAINING" })
 	before := time.Now()
 	proctest.Eventually(t, 3*time.Second, "a 503 DRAINING is an answer: the last answer moves", func() bool {
 		return tr.LastAnswer().After(before)
@@ -130,9 +181,9 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 	if err := a.Post(context.Background(), "/healthcheck/ok"); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 3*time.Second, func(s envoy.Status) bool { return s.Ready })
 	e.SetSilent(true)
-	waitStatus(t, tr, 4*time.Second, func(s Status) bool { return strings.HasPrefix(s.Reason, "admin API does not answer") })
+	waitStatus(t, tr, 4*time.Second, func(s envoy.Status) bool { return strings.HasPrefix(s.Reason, "admin API does not answer") })
 	last := tr.LastAnswer()
 	polls := dials.Load()
 	proctest.Eventually(t, 5*time.Second, "a request to the silent admin API cut, and another sent", func() bool {
@@ -149,9 +200,9 @@ func TestTrackerHealthcheckFailAndSilence(t *testing.T) {
 func TestTrackerSlowIsNotSilent(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{})
 	tr := track(t, a, false) // polls cut at 45 ms once ready
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	e.SetSlow(150 * time.Millisecond)
-	waitStatus(t, tr, 3*time.Second, func(s Status) bool {
+	waitStatus(t, tr, 3*time.Second, func(s envoy.Status) bool {
 		return !s.Ready && strings.HasPrefix(s.Reason, "admin API does not answer")
 	})
 	for range 3 {
@@ -164,13 +215,13 @@ func TestTrackerSlowIsNotSilent(t *testing.T) {
 		t.Fatalf("ready on answers later than the poll's bound: %+v", st)
 	}
 	e.SetSlow(0)
-	waitStatus(t, tr, 3*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 3*time.Second, func(s envoy.Status) bool { return s.Ready })
 }
 
 func TestTrackerGoneIsFinal(t *testing.T) {
 	_, a := startEnvoy(t, fakeenvoy.Options{})
 	tr, done := trackDone(t, a, false)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	tr.Gone("proxy exited")
 	// Run ends at its next poll once the proxy is gone; no later poll can
 	// make it ready again.
@@ -187,55 +238,11 @@ func TestTrackerGoneIsFinal(t *testing.T) {
 func TestStrictReadiness(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{StayInitializing: true})
 	tr := track(t, a, true)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Reason == "INITIALIZING" || s.Reason == "PRE_INITIALIZING" })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Reason == "INITIALIZING" || s.Reason == "PRE_INITIALIZING" })
 	e.SetState(fakeenvoy.Live)
-	st := waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	st := waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	if st.Reason != "LIVE" {
 		t.Fatal(st)
-	}
-}
-
-func TestCountConnections(t *testing.T) {
-	stats := map[string]uint64{
-		"listener.0.0.0.0_15006.downstream_cx_active":          3,
-		"listener.0.0.0.0_15006.worker_0.downstream_cx_active": 2,
-		"listener.0.0.0.0_15006.worker_1.downstream_cx_active": 1,
-		"listener.0.0.0.0_15001.downstream_cx_active":          4,
-		"listener.[__]_8443.downstream_cx_active":              1,
-		"listener.admin.downstream_cx_active":                  7,
-		"listener.admin.main_thread.downstream_cx_active":      7,
-		"listener.0.0.0.0_15090.downstream_cx_active":          5,
-		"listener.0.0.0.0_15021.downstream_cx_active":          6,
-		"listener.envoy_internal_foo.downstream_cx_active":     9,
-		"listener.virtualInbound.downstream_cx_active":         2,
-		"cluster.x.upstream_cx_active":                         8,
-		"cluster.x.upstream_rq_active":                         8,
-		// Of 15006's 3: one request in flight on two HTTP connections.
-		"http.inbound_0.0.0.0_8080.downstream_cx_active": 2,
-		"http.inbound_0.0.0.0_8080.downstream_rq_active": 1,
-		// HTTP/2: three streams on one connection is busy, not -2 idle.
-		"http.outbound_0.0.0.0_80.downstream_cx_active": 1,
-		"http.outbound_0.0.0.0_80.downstream_rq_active": 3,
-		// Excluded listeners' HCMs: their idle connections were never counted.
-		"http.admin.downstream_cx_active": 7,
-		"http.stats.downstream_cx_active": 5,
-		"http.agent.downstream_cx_active": 6,
-		"http.agent.downstream_rq_active": 1,
-	}
-	got := countConnections(stats, []uint16{15090, 15021})
-	if want := (Connections{Active: 3 + 4 + 1 + 2, Busy: 3 + 4 + 1 + 2 - 1}); got != want {
-		t.Fatalf("got %+v, want %+v", got, want)
-	}
-	// An HCM on an excluded listener that is not recognized by its name
-	// must not hide a busy connection: a request in flight is busy.
-	got = countConnections(map[string]uint64{
-		"listener.0.0.0.0_9000.downstream_cx_active":     1,
-		"http.mystats.downstream_cx_active":              3,
-		"http.inbound_0.0.0.0_9000.downstream_cx_active": 1,
-		"http.inbound_0.0.0.0_9000.downstream_rq_active": 1,
-	}, []uint16{15090})
-	if got.Busy != 1 {
-		t.Fatalf("a request in flight counted as %+v", got)
 	}
 }
 
@@ -247,7 +254,7 @@ func TestConnectionsFromRealConnections(t *testing.T) {
 		{Name: "tcp", Addr: "127.0.0.1:0", TCP: true},
 	}})
 	tr := track(t, a, false)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	var conns []net.Conn
 	for _, ap := range e.ListenerAddrs() {
 		for i := 0; i < 3; i++ {
@@ -258,9 +265,9 @@ func TestConnectionsFromRealConnections(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}
-	waitConnections := func(want Connections) {
+	waitConnections := func(want envoy.Connections) {
 		t.Helper()
-		var c Connections
+		var c envoy.Connections
 		if !proctest.Until(5*time.Second, func() bool {
 			var err error
 			if c, err = a.Connections(context.Background(), nil); err != nil {
@@ -272,17 +279,17 @@ func TestConnectionsFromRealConnections(t *testing.T) {
 		}
 	}
 	// Three HTTP connections with no request yet, three TCP ones.
-	waitConnections(Connections{Active: 6, Busy: 3})
+	waitConnections(envoy.Connections{Active: 6, Busy: 3})
 	// An upload under way: its headers are in, its body is not.
 	if _, err := io.WriteString(conns[0], "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"); err != nil {
 		t.Fatal(err)
 	}
-	waitConnections(Connections{Active: 6, Busy: 4})
+	waitConnections(envoy.Connections{Active: 6, Busy: 4})
 	// Its end leaves a keep-alive connection, idle.
 	if _, err := io.WriteString(conns[0], "defghij"); err != nil {
 		t.Fatal(err)
 	}
-	waitConnections(Connections{Active: 6, Busy: 3})
+	waitConnections(envoy.Connections{Active: 6, Busy: 3})
 	for _, c := range conns {
 		c.Close()
 	}
@@ -298,7 +305,7 @@ func TestAdminTimesOutOnSilence(t *testing.T) {
 	a.Timeout = 200 * time.Millisecond
 	start := time.Now()
 	_, _, err := a.ServerState(context.Background())
-	if err == nil || Refused(err) {
+	if err == nil || envoy.Refused(err) {
 		t.Fatalf("want a timeout, got %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -306,20 +313,8 @@ func TestAdminTimesOutOnSilence(t *testing.T) {
 	}
 }
 
-func TestBound(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := adminFor("http://" + ln.Addr().String())
-	if ok, err := a.Bound(context.Background()); !ok || err != nil {
-		t.Fatalf("listening port: %v %v", ok, err)
-	}
-	ln.Close()
-	if ok, err := a.Bound(context.Background()); ok || err != nil {
-		t.Fatalf("closed port: %v %v", ok, err)
-	}
-	// Bound but silent (the admin loop not running yet) counts as bound.
+// Bound but silent (the admin loop not running yet) counts as bound.
+func TestBoundWhileSilent(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
 	<-e.Bound()
 	if ok, err := a.Bound(context.Background()); !ok || err != nil {
@@ -346,21 +341,21 @@ func TestTrackerAlsoAsksTheReadyURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, a := startEnvoy(t, fakeenvoy.Options{})
-	tr := NewTracker(a, TrackerConfig{ReadyEvery: 50 * time.Millisecond, Also: u.Check})
+	tr := envoy.NewTracker(a, envoy.TrackerConfig{ReadyEvery: 50 * time.Millisecond, Also: u.Check})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	st := waitStatus(t, tr, 5*time.Second, func(s Status) bool { return strings.Contains(s.Reason, "answered 503") })
+	st := waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return strings.Contains(s.Reason, "answered 503") })
 	if st.Ready || !strings.Contains(st.Reason, "DNS not ready") {
 		t.Fatalf("Envoy LIVE, the URL 503: %+v; want not ready with the URL's reason", st)
 	}
 	ok.Store(true)
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return s.Ready })
 	hang.Store(true)
 	start := time.Now()
-	waitStatus(t, tr, 5*time.Second, func(s Status) bool { return !s.Ready })
+	waitStatus(t, tr, 5*time.Second, func(s envoy.Status) bool { return !s.Ready })
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("a hanging readiness URL took %v to withdraw readiness", d)
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
 )
 
 // config is the command line: Envoy's own options, parsed the way Envoy parses them,

@@ -1,4 +1,4 @@
-package envoy
+package envoyadmin
 
 import (
 	"context"
@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/envoy"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
@@ -28,7 +29,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	if bound, err := a.Bound(ctx); bound || err != nil {
 		t.Fatalf("Bound with no socket = %v, %v; want false", bound, err)
 	}
-	if _, err := a.ListenerPorts(ctx); !Refused(err) {
+	if _, err := a.ListenerPorts(ctx); !envoy.Refused(err) {
 		t.Fatalf("a call with no socket: %v, want refused", err)
 	}
 	e, err := fakeenvoy.Start(fakeenvoy.Options{AdminPipe: path, BindDelay: 300 * time.Millisecond,
@@ -42,7 +43,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	}
 	proctest.Eventually(t, 5*time.Second, "the admin API bound", func() bool { b, _ := a.Bound(ctx); return b })
 	proctest.Eventually(t, 5*time.Second, "LIVE over the socket", func() bool { _, ready, _ := a.ServerState(ctx); return ready })
-	if info, err := a.ServerInfo(ctx); err != nil || info.Version != (Version{Major: 1, Minor: 37, Patch: 2}) {
+	if info, err := a.ServerInfo(ctx); err != nil || info.Version != (envoy.Version{Major: 1, Minor: 37, Patch: 2}) {
 		t.Errorf("ServerInfo %+v, %v", info, err)
 	}
 	if ports, err := a.ListenerPorts(ctx); err != nil || len(ports) != 1 || ports[0] != e.ListenerAddrs()[0].Port() {
@@ -56,7 +57,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the fake has not stopped 10s after /quitquitquit")
 	}
-	if _, err := a.Connections(ctx, nil); !Refused(err) {
+	if _, err := a.Connections(ctx, nil); !envoy.Refused(err) {
 		t.Errorf("after the quit: %v, want refused", err)
 	}
 }
