@@ -25,6 +25,7 @@ static_resources:
     - filters:
       - name: envoy.filters.network.http_connection_manager
         typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: inbound
           route_config: {virtual_hosts: [{name: app, domains: ["*"], routes: [{match: {prefix: /}, route: {cluster: app}}]}]}
   - name: virtualOutbound
@@ -34,13 +35,14 @@ static_resources:
     - filters:
       - name: envoy.filters.network.http_connection_manager
         typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: outbound
           route_config: {virtual_hosts: [{name: svc, domains: ["*"], routes: [{match: {prefix: /}, route: {cluster: svc}}]}]}
   clusters:
   - name: app
-    load_assignment: {endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8080}}}}]}]}
+    load_assignment: {cluster_name: app, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8080}}}}]}]}
   - name: svc
-    load_assignment: {endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]}
+    load_assignment: {cluster_name: svc, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}}]}]}
 `
 
 // serveHTTP runs an HTTP server named name on addr inside the pod.

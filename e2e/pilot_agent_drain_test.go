@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxy-supervisor/proxy-supervisor/e2e/fakeenvoy"
+	"sigs.k8s.io/yaml"
 )
 
 // pilotAgent is a pilot-agent that scripts/pilot-agent.sh built before,
@@ -134,9 +134,9 @@ func agentCommand(t *testing.T, p *pod, agent, tmpl string, cert []byte, fakeFla
 }
 
 // compactJSON is the YAML document as JSON without a blank.
-func compactJSON(t *testing.T, yaml string) string {
+func compactJSON(t *testing.T, doc string) string {
 	t.Helper()
-	b, err := fakeenvoy.YAMLToJSON(yaml)
+	b, err := yaml.YAMLToJSON([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}

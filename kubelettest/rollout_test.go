@@ -234,9 +234,10 @@ func inboundToApp(t *testing.T) string {
 			"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
 				"name": "envoy.filters.network.http_connection_manager",
 				"typed_config": map[string]any{
-					"@type":        "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-					"stat_prefix":  "inbound",
-					"http_filters": []any{map[string]any{"name": "envoy.filters.http.router"}},
+					"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+					"stat_prefix": "inbound",
+					"http_filters": []any{map[string]any{"name": "envoy.filters.http.router",
+						"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}},
 					"route_config": map[string]any{"virtual_hosts": []any{map[string]any{
 						"name": "app", "domains": []string{"*"},
 						"routes": []any{map[string]any{"match": map[string]any{"prefix": "/"}, "route": map[string]any{"cluster": "inbound-app"}}},

@@ -1,20 +1,33 @@
 package fakeenvoy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"sigs.k8s.io/yaml"
 )
 
 // Bootstrap is what the fake takes from an Envoy bootstrap config (-c and
 // --config-yaml): the admin address and the static listeners, with their
-// routes resolved against the static clusters. Everything else in the config
-// is accepted and ignored, as the fake has no use for it.
+// routes resolved against the static clusters. The rest of the config is
+// read and checked as Envoy reads it, and then ignored, as the fake has no
+// use for it.
 type Bootstrap struct {
 	// AdminAddr is admin.address.socket_address as "IP:port"; AdminPipe is
 	// admin.address.pipe.path. At most one is set; neither when the config
@@ -45,220 +58,149 @@ func (r Route) matches(path string) bool {
 	return strings.HasPrefix(path, r.Prefix)
 }
 
-// ParseBootstrap reads the bootstrap from a config file's bytes (JSON when
-// its name ends in .json, as Envoy decides; YAML otherwise) and a
-// --config-yaml string, either of which may be empty; the second is merged
-// into the first the way Envoy merges them (maps field by field, lists
-// appended).
-func ParseBootstrap(file []byte, isJSON bool, yaml string) (Bootstrap, error) {
-	var doc any = map[string]any{}
+// ParseBootstrap reads the bootstrap as Envoy does: from a config file's
+// bytes (JSON when its name ends in .json, YAML otherwise) and a
+// --config-yaml string, either of which may be empty, each into Envoy's own
+// bootstrap v3 message, the second merged into the first (protobuf's
+// MergeFrom: fields set in it win, lists are appended). A config Envoy would
+// reject (an unknown field, a typed_config of a type it does not know, a
+// value out of its rules) is an error here too.
+func ParseBootstrap(file []byte, isJSON bool, configYAML string) (Bootstrap, error) {
+	b := &bootstrapv3.Bootstrap{}
 	if len(file) > 0 {
-		v, err := decodeConfig(string(file), isJSON)
-		if err != nil {
+		if err := unmarshalConfig(file, isJSON, b); err != nil {
 			return Bootstrap{}, err
 		}
-		doc = v
 	}
-	if strings.TrimSpace(yaml) != "" {
-		v, err := parseYAML(yaml)
-		if err != nil {
+	if strings.TrimSpace(configYAML) != "" {
+		more := &bootstrapv3.Bootstrap{}
+		if err := unmarshalConfig([]byte(configYAML), false, more); err != nil {
 			return Bootstrap{}, fmt.Errorf("--config-yaml: %w", err)
 		}
-		doc = mergeConfig(doc, v)
+		proto.Merge(b, more)
 	}
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		return Bootstrap{}, err
-	}
-	var b bootstrapDoc
-	if err := json.Unmarshal(raw, &b); err != nil {
+	if err := validate(b); err != nil {
 		return Bootstrap{}, fmt.Errorf("bootstrap: %w", err)
 	}
-	return b.resolve()
+	return resolve(b)
 }
 
-func decodeConfig(s string, isJSON bool) (any, error) {
-	if isJSON {
-		var v any
-		if err := json.Unmarshal([]byte(s), &v); err != nil {
-			return nil, fmt.Errorf("Unable to parse JSON as proto (%v)", err)
+// unmarshalConfig is Envoy's loadFromJson and loadFromYaml: YAML becomes
+// JSON, and JSON is read as the proto's JSON mapping, every field known.
+func unmarshalConfig(src []byte, isJSON bool, m proto.Message) error {
+	if !isJSON {
+		j, err := yaml.YAMLToJSON(src)
+		if err != nil {
+			return fmt.Errorf("Unable to convert YAML as JSON: %v", err)
 		}
-		return v, nil
+		src = j
 	}
-	return parseYAML(s)
+	if err := protojson.Unmarshal(src, m); err != nil {
+		return fmt.Errorf("Unable to parse JSON as proto (%v)", err)
+	}
+	return nil
 }
 
-// mergeConfig is protobuf's MergeFrom on decoded JSON.
-func mergeConfig(dst, src any) any {
-	dm, ok1 := dst.(map[string]any)
-	sm, ok2 := src.(map[string]any)
-	if ok1 && ok2 {
-		for k, v := range sm {
-			dm[k] = mergeConfig(dm[k], v)
+// validate checks m and every typed_config in it against their
+// protoc-gen-validate rules, as Envoy does for the bootstrap and for each
+// extension it configures.
+func validate(m proto.Message) error {
+	if v, ok := m.(interface{ ValidateAll() error }); ok {
+		if err := v.ValidateAll(); err != nil {
+			return err
 		}
-		return dm
 	}
-	dl, ok1 := dst.([]any)
-	sl, ok2 := src.([]any)
-	if ok1 && ok2 {
-		return append(dl, sl...)
-	}
-	if src == nil {
-		return dst
-	}
-	return src
+	var err error
+	eachAny(m.ProtoReflect(), func(a *anypb.Any) bool {
+		var inner proto.Message
+		if inner, err = a.UnmarshalNew(); err == nil {
+			err = validate(inner)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", a.GetTypeUrl(), err)
+		}
+		return err == nil
+	})
+	return err
 }
 
-// The parts of envoy.config.bootstrap.v3.Bootstrap that the fake reads.
-type bootstrapDoc struct {
-	Admin struct {
-		Address *addressDoc `json:"address"`
-	} `json:"admin"`
-	StaticResources struct {
-		Listeners []listenerDoc `json:"listeners"`
-		Clusters  []clusterDoc  `json:"clusters"`
-	} `json:"static_resources"`
+// eachAny calls f with every Any in m outside other Anys, until f returns
+// false.
+func eachAny(m protoreflect.Message, f func(*anypb.Any) bool) bool {
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		return f(a)
+	}
+	more := true
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil:
+		case fd.IsList():
+			for i := 0; more && i < v.List().Len(); i++ {
+				more = eachAny(v.List().Get(i).Message(), f)
+			}
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					more = eachAny(mv.Message(), f)
+					return more
+				})
+			}
+		default:
+			more = eachAny(v.Message(), f)
+		}
+		return more
+	})
+	return more
 }
 
-type addressDoc struct {
-	SocketAddress *struct {
-		Address   string   `json:"address"`
-		PortValue protoInt `json:"port_value"`
-	} `json:"socket_address"`
-	Pipe *struct {
-		Path string `json:"path"`
-	} `json:"pipe"`
-}
-
-func (a *addressDoc) hostPort() (string, error) {
-	if a == nil || a.SocketAddress == nil {
+// hostPort is a socket address as "IP:port".
+func hostPort(a *corev3.Address) (string, error) {
+	sa := a.GetSocketAddress()
+	if sa == nil {
 		return "", errors.New("want a socket_address")
 	}
-	ip, err := netip.ParseAddr(a.SocketAddress.Address)
+	ip, err := netip.ParseAddr(sa.GetAddress())
 	if err != nil {
-		return "", fmt.Errorf("address %q: want an IP", a.SocketAddress.Address)
+		return "", fmt.Errorf("address %q: want an IP", sa.GetAddress())
 	}
-	return net.JoinHostPort(ip.String(), strconv.Itoa(int(a.SocketAddress.PortValue))), nil
+	return net.JoinHostPort(ip.String(), strconv.Itoa(int(sa.GetPortValue()))), nil
 }
 
-type listenerDoc struct {
-	Name             string     `json:"name"`
-	Address          addressDoc `json:"address"`
-	TrafficDirection string     `json:"traffic_direction"`
-	FilterChains     []struct {
-		Filters []filterDoc `json:"filters"`
-	} `json:"filter_chains"`
-}
-
-type filterDoc struct {
-	Name        string          `json:"name"`
-	TypedConfig json.RawMessage `json:"typed_config"`
-}
-
-// networkFilter is the typed_config of the two network filters the fake
-// runs: the HTTP connection manager and tcp_proxy.
-type networkFilter struct {
-	Type       string `json:"@type"`
-	StatPrefix string `json:"stat_prefix"`
-	Cluster    string `json:"cluster"` // tcp_proxy
-	// tcp_proxy's check_drain_close (google.protobuf.BoolValue, plain true
-	// in JSON).
-	CheckDrainClose bool `json:"check_drain_close"`
-	// The HTTP connection manager's drain_timeout, a proto JSON duration.
-	DrainTimeout string `json:"drain_timeout"`
-	RouteConfig  struct {
-		VirtualHosts []struct {
-			Routes []struct {
-				Match struct {
-					Prefix *string `json:"prefix"`
-					Path   *string `json:"path"`
-				} `json:"match"`
-				Route *struct {
-					Cluster string `json:"cluster"`
-				} `json:"route"`
-				DirectResponse *struct {
-					Status protoInt `json:"status"`
-					Body   struct {
-						InlineString string `json:"inline_string"`
-					} `json:"body"`
-				} `json:"direct_response"`
-			} `json:"routes"`
-		} `json:"virtual_hosts"`
-	} `json:"route_config"`
-}
-
-type clusterDoc struct {
-	Name           string `json:"name"`
-	LoadAssignment struct {
-		Endpoints []struct {
-			LbEndpoints []struct {
-				Endpoint struct {
-					Address addressDoc `json:"address"`
-				} `json:"endpoint"`
-			} `json:"lb_endpoints"`
-		} `json:"endpoints"`
-	} `json:"load_assignment"`
-	// Deprecated v3 field, still honoured by Envoy.
-	HTTP2ProtocolOptions       *json.RawMessage `json:"http2_protocol_options"`
-	TypedExtensionProtocolOpts map[string]struct {
-		ExplicitHTTPConfig *struct {
-			HTTP2ProtocolOptions *json.RawMessage `json:"http2_protocol_options"`
-		} `json:"explicit_http_config"`
-	} `json:"typed_extension_protocol_options"`
-}
-
-func (c clusterDoc) h2() bool {
-	if c.HTTP2ProtocolOptions != nil {
-		return true
-	}
-	for _, o := range c.TypedExtensionProtocolOpts {
-		if o.ExplicitHTTPConfig != nil && o.ExplicitHTTPConfig.HTTP2ProtocolOptions != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// endpoint is the cluster's first socket endpoint; a fake balances nothing.
-func (c clusterDoc) endpoint() string {
-	for _, e := range c.LoadAssignment.Endpoints {
-		for _, lb := range e.LbEndpoints {
-			if a, err := lb.Endpoint.Address.hostPort(); err == nil {
-				return a
-			}
-		}
-	}
-	return ""
-}
-
-func (b bootstrapDoc) resolve() (Bootstrap, error) {
+func resolve(b *bootstrapv3.Bootstrap) (Bootstrap, error) {
 	var out Bootstrap
-	if a := b.Admin.Address; a != nil {
+	if a := b.GetAdmin().GetAddress(); a != nil {
 		switch {
-		case a.Pipe != nil:
-			out.AdminPipe = a.Pipe.Path
+		case a.GetPipe() != nil:
+			out.AdminPipe = a.GetPipe().GetPath()
 		default:
-			addr, err := a.hostPort()
+			addr, err := hostPort(a)
 			if err != nil {
 				return out, fmt.Errorf("admin.address: %w", err)
 			}
 			out.AdminAddr = addr
 		}
 	}
-	clusters := map[string]clusterDoc{}
-	for _, c := range b.StaticResources.Clusters {
-		clusters[c.Name] = c
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if clusters[c.GetName()] != nil {
+			return out, fmt.Errorf("cluster manager: duplicate cluster '%s' found", c.GetName())
+		}
+		clusters[c.GetName()] = c
 	}
-	for i, ld := range b.StaticResources.Listeners {
-		if ld.Address.SocketAddress == nil {
+	names := map[string]bool{}
+	for i, ld := range b.GetStaticResources().GetListeners() {
+		name := ld.GetName()
+		if name == "" {
+			name = fmt.Sprintf("#%d", i)
+		} else if names[name] {
+			return out, fmt.Errorf("listener %s: a listener of that name already exists", name)
+		}
+		names[name] = true
+		if ld.GetAddress().GetSocketAddress() == nil {
 			continue // an internal or API listener: nothing to bind
 		}
-		l, err := ld.listener(clusters)
+		l, err := listener(ld, clusters)
 		if err != nil {
-			name := ld.Name
-			if name == "" {
-				name = fmt.Sprintf("#%d", i)
-			}
 			return out, fmt.Errorf("listener %s: %w", name, err)
 		}
 		out.Listeners = append(out.Listeners, l)
@@ -266,96 +208,121 @@ func (b bootstrapDoc) resolve() (Bootstrap, error) {
 	return out, nil
 }
 
-func (ld listenerDoc) listener(clusters map[string]clusterDoc) (Listener, error) {
-	addr, err := ld.Address.hostPort()
+func listener(ld *listenerv3.Listener, clusters map[string]*clusterv3.Cluster) (Listener, error) {
+	addr, err := hostPort(ld.GetAddress())
 	if err != nil {
 		return Listener{}, fmt.Errorf("address: %w", err)
 	}
-	l := Listener{Name: ld.Name, Addr: addr}
-	switch ld.TrafficDirection {
-	case "INBOUND":
-		l.Inbound = true
-	case "", "UNSPECIFIED", "OUTBOUND":
-	default:
-		return Listener{}, fmt.Errorf("traffic_direction %q: want INBOUND, OUTBOUND or UNSPECIFIED", ld.TrafficDirection)
-	}
-	if len(ld.FilterChains) == 0 {
+	l := Listener{Name: ld.GetName(), Addr: addr, Inbound: ld.GetTrafficDirection() == corev3.TrafficDirection_INBOUND}
+	if len(ld.GetFilterChains()) == 0 {
 		return Listener{}, errors.New("no filter chains")
 	}
 	// The first chain's last filter is the terminal one: the fake matches
 	// no chains.
-	fs := ld.FilterChains[0].Filters
+	fs := ld.GetFilterChains()[0].GetFilters()
 	if len(fs) == 0 {
 		return Listener{}, errors.New("no filters")
 	}
 	f := fs[len(fs)-1]
-	var nf networkFilter
-	if len(f.TypedConfig) > 0 {
-		if err := json.Unmarshal(f.TypedConfig, &nf); err != nil {
-			return Listener{}, fmt.Errorf("filter %s: %w", f.Name, err)
-		}
+	// Envoy finds a filter's factory by its typed_config's type, not its
+	// name.
+	if f.GetTypedConfig() == nil {
+		return Listener{}, fmt.Errorf("filter %s: no typed_config", f.GetName())
 	}
-	switch {
-	case f.Name == "envoy.filters.network.tcp_proxy" || strings.HasSuffix(nf.Type, ".TcpProxy"):
+	cfg, err := f.GetTypedConfig().UnmarshalNew()
+	if err != nil {
+		return Listener{}, fmt.Errorf("filter %s: %w", f.GetName(), err)
+	}
+	switch nf := cfg.(type) {
+	case *tcpproxyv3.TcpProxy:
 		l.TCP = true
-		l.StatPrefix = nf.StatPrefix
-		l.CheckDrainClose = nf.CheckDrainClose
-		l.Upstream = clusters[nf.Cluster].endpoint()
+		l.StatPrefix = nf.GetStatPrefix()
+		l.CheckDrainClose = nf.GetCheckDrainClose().GetValue()
+		l.Upstream = endpoint(clusters[nf.GetCluster()])
 		if l.Upstream == "" {
 			l.Upstream = unreachable
 		}
-	case f.Name == "envoy.filters.network.http_connection_manager" || strings.HasSuffix(nf.Type, ".HttpConnectionManager"):
-		l.StatPrefix = nf.StatPrefix
-		if nf.DrainTimeout != "" {
-			d, err := time.ParseDuration(nf.DrainTimeout)
-			if err != nil || d < 0 {
-				return Listener{}, fmt.Errorf("drain_timeout %q: want a duration such as 5s", nf.DrainTimeout)
+	case *hcmv3.HttpConnectionManager:
+		for _, hf := range nf.GetHttpFilters() {
+			if hf.GetTypedConfig() == nil && hf.GetConfigDiscovery() == nil {
+				return Listener{}, fmt.Errorf("filter %s: http filter %s: no typed_config", f.GetName(), hf.GetName())
 			}
-			l.DrainTimeout = d
 		}
-		l.Routes = []Route{}
-		for _, vh := range nf.RouteConfig.VirtualHosts {
-			for _, rd := range vh.Routes {
-				var r Route
-				switch {
-				case rd.Match.Path != nil:
-					r.Path = *rd.Match.Path
-				case rd.Match.Prefix != nil:
-					r.Prefix = *rd.Match.Prefix
-				default:
-					continue // a matcher the fake does not know never matches
-				}
-				switch {
-				case rd.Route != nil:
-					c := clusters[rd.Route.Cluster]
-					r.Cluster, r.Upstream, r.H2 = rd.Route.Cluster, c.endpoint(), c.h2()
-				case rd.DirectResponse != nil:
-					r.Status, r.Body = int(rd.DirectResponse.Status), rd.DirectResponse.Body.InlineString
-				default:
-					continue
-				}
-				l.Routes = append(l.Routes, r)
-			}
+		l.StatPrefix = nf.GetStatPrefix()
+		l.DrainTimeout = nf.GetDrainTimeout().AsDuration()
+		if l.Routes, err = routes(nf.GetRouteConfig(), clusters); err != nil {
+			return Listener{}, fmt.Errorf("filter %s: %w", f.GetName(), err)
 		}
 	default:
-		return Listener{}, fmt.Errorf("filter %q: the fake runs only http_connection_manager and tcp_proxy", f.Name)
+		return Listener{}, fmt.Errorf("filter %s (%s): the fake runs only http_connection_manager and tcp_proxy", f.GetName(), f.GetTypedConfig().GetTypeUrl())
 	}
 	return l, nil
+}
+
+// routes is an inline route table's routes, in order; those the fake cannot
+// follow (another matcher or action) are left out and so never match.
+func routes(rc *routev3.RouteConfiguration, clusters map[string]*clusterv3.Cluster) ([]Route, error) {
+	out := []Route{}
+	// An inline table's clusters are checked at load unless it says not to.
+	check := rc.GetValidateClusters() == nil || rc.GetValidateClusters().GetValue()
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, rd := range vh.GetRoutes() {
+			var r Route
+			switch m := rd.GetMatch().GetPathSpecifier().(type) {
+			case *routev3.RouteMatch_Path:
+				r.Path = m.Path
+			case *routev3.RouteMatch_Prefix:
+				r.Prefix = m.Prefix
+			default:
+				continue
+			}
+			switch {
+			case rd.GetRoute() != nil:
+				name := rd.GetRoute().GetCluster()
+				c, ok := clusters[name]
+				if !ok && name != "" && check {
+					return nil, fmt.Errorf("route_config: unknown cluster '%s' (validate_clusters is true for an inline route table unless set false)", name)
+				}
+				r.Cluster, r.Upstream, r.H2 = name, endpoint(c), h2(c)
+			case rd.GetDirectResponse() != nil:
+				r.Status, r.Body = int(rd.GetDirectResponse().GetStatus()), rd.GetDirectResponse().GetBody().GetInlineString()
+			default:
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// h2 is whether the cluster speaks HTTP/2 (h2c prior knowledge) upstream:
+// the deprecated http2_protocol_options, still honoured, or the upstream
+// HTTP protocol options' explicit HTTP/2.
+func h2(c *clusterv3.Cluster) bool {
+	if c.GetHttp2ProtocolOptions() != nil {
+		return true
+	}
+	for _, a := range c.GetTypedExtensionProtocolOptions() {
+		var o upstreamhttpv3.HttpProtocolOptions
+		if a.UnmarshalTo(&o) == nil && o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// endpoint is the cluster's first socket endpoint; a fake balances nothing.
+func endpoint(c *clusterv3.Cluster) string {
+	for _, e := range c.GetLoadAssignment().GetEndpoints() {
+		for _, lb := range e.GetLbEndpoints() {
+			if a, err := hostPort(lb.GetEndpoint().GetAddress()); err == nil {
+				return a
+			}
+		}
+	}
+	return ""
 }
 
 // unreachable is the upstream of a tcp_proxy whose cluster has no endpoint:
 // its connections are closed at once, as Envoy closes them.
 const unreachable = "unreachable"
-
-// protoInt is a proto JSON integer, which may be written as a string.
-type protoInt int64
-
-func (p *protoInt) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	n, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return fmt.Errorf("want an integer, got %s", b)
-	}
-	*p = protoInt(n)
-	return nil
-}

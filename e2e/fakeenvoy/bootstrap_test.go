@@ -2,37 +2,12 @@ package fakeenvoy
 
 import (
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
-)
 
-func TestParseYAML(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		src  string
-		want any
-	}{
-		{"a: 1\nb: x # comment\n", map[string]any{"a": 1.0, "b": "x"}},
-		{"a:\n- x\n- {k: v, n: [1, '2', \"3\"]}\n", map[string]any{"a": []any{"x", map[string]any{"k": "v", "n": []any{1.0, "2", "3"}}}}},
-		{"a:\n  - k: 1\n    j: 2\n  -\n    - z\n", map[string]any{"a": []any{map[string]any{"k": 1.0, "j": 2.0}, []any{"z"}}}},
-		{"\"@type\": t\nx: |\n  line1\n  line2\ny: true\nz: ~\n", map[string]any{"@type": "t", "x": "line1\nline2\n", "y": true, "z": nil}},
-		{"a: {b: {c: d},\n  e: f}\n", map[string]any{"a": map[string]any{"b": map[string]any{"c": "d"}, "e": "f"}}},
-		{`{"json": [1, {"x": "y"}]}`, map[string]any{"json": []any{1.0, map[string]any{"x": "y"}}}},
-		{"url: http://h:1/p#frag\n", map[string]any{"url": "http://h:1/p#frag"}},
-	} {
-		got, err := parseYAML(tt.src)
-		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("parseYAML(%q) = %#v, %v; want %#v", tt.src, got, err, tt.want)
-		}
-	}
-	for _, bad := range []string{"a: 1\na: 2\n", "a: &x 1\n", "a:\n  b: 1\n c: 2\n", "a: {b: c\n"} {
-		if v, err := parseYAML(bad); err == nil {
-			t.Errorf("parseYAML(%q) = %#v, want an error", bad, v)
-		}
-	}
-}
+	"sigs.k8s.io/yaml"
+)
 
 // The config the plain-Envoy manifests ship parses, its ConfigMap's block
 // scalar included.
@@ -42,12 +17,11 @@ func TestParseDeployBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, err := parseYAML(string(raw))
-	if err != nil {
+	var cm struct{ Data map[string]string }
+	if err := yaml.Unmarshal(raw, &cm); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := cm.(map[string]any)["data"].(map[string]any)["envoy.yaml"].(string)
-	b, err := ParseBootstrap([]byte(body), false, "")
+	b, err := ParseBootstrap([]byte(cm.Data["envoy.yaml"]), false, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,19 +67,54 @@ func TestParseBootstrap(t *testing.T) {
 	}
 	// tcp_proxy's check_drain_close and the connection manager's drain_timeout.
 	b, err = ParseBootstrap(nil, false, `static_resources: {listeners: [
-  {name: t, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy, typed_config: {stat_prefix: t, check_drain_close: true}}]}]},
-  {name: h, address: {socket_address: {address: 127.0.0.1, port_value: 2}}, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {stat_prefix: h, drain_timeout: 0.25s}}]}]}]}`)
+  {name: t, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: tcp, typed_config: {"@type": `+tcpProxyType+`, stat_prefix: t, cluster: c, check_drain_close: true}}]}]},
+  {name: h, address: {socket_address: {address: 127.0.0.1, port_value: 2}}, filter_chains: [{filters: [{name: hcm, typed_config: {"@type": `+hcmType+`, stat_prefix: h, route_config: {}, drain_timeout: 0.25s}}]}]}]}`)
 	if err != nil || !b.Listeners[0].CheckDrainClose || b.Listeners[1].DrainTimeout != 250*time.Millisecond {
 		t.Errorf("drain settings: %+v, %v", b, err)
 	}
-	for _, bad := range []string{
-		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {drain_timeout: soon}}]}]}]}",
-		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, traffic_direction: SIDEWAYS, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy}]}]}]}",
-		"static_resources: {listeners: [{name: x, address: {socket_address: {address: localhost, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy}]}]}]}",
-		"static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.redis_proxy}]}]}]}",
+}
+
+const (
+	hcmType      = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	tcpProxyType = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+)
+
+// A bootstrap Envoy would refuse to start with is an error that says why:
+// the fake reads it into Envoy's own types and checks their rules. Each of
+// these was read before, into the fields the fake uses, the rest ignored.
+func TestParseBootstrapRejectsWhatEnvoyRejects(t *testing.T) {
+	t.Parallel()
+	listener := func(name, filter string) string {
+		return `static_resources: {listeners: [{name: ` + name + `, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [` + filter + `]}]}]}`
+	}
+	hcm := func(fields string) string {
+		return listener("x", `{name: hcm, typed_config: {"@type": `+hcmType+`, `+fields+`}}`)
+	}
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"a misspelt field", "admin: {adress: {pipe: {path: /a.sock}}}", `unknown field "adress"`},
+		{"a typed_config without its type", listener("x", `{name: envoy.filters.network.tcp_proxy, typed_config: {stat_prefix: t, cluster: c}}`), "@type"},
+		{"a filter without a typed_config", listener("x", `{name: envoy.filters.network.tcp_proxy}`), "listener x: filter envoy.filters.network.tcp_proxy: no typed_config"},
+		{"an HTTP filter without a typed_config", hcm(`stat_prefix: h, route_config: {}, http_filters: [{name: envoy.filters.http.router}]`), "listener x: filter hcm: http filter envoy.filters.http.router: no typed_config"},
+		{"an extension Envoy was built without", listener("x", `{name: r, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy}}`), "redis_proxy"},
+		{"a filter the fake does not run", listener("x", `{name: tls, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector}}`), "listener x: filter tls (type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector): the fake runs only"},
+		{"an unknown traffic direction", `static_resources: {listeners: [{name: x, traffic_direction: SIDEWAYS}]}`, "SIDEWAYS"},
+		{"a duration that is not one", hcm(`stat_prefix: h, route_config: {}, drain_timeout: soon`), "soon"},
+		{"a connection manager without its stat_prefix", hcm(`route_config: {}`), "StatPrefix"},
+		{"a connection manager without routes", hcm(`stat_prefix: h`), "RouteSpecifier"},
+		{"a port out of range", `admin: {address: {socket_address: {address: 127.0.0.1, port_value: 70000}}}`, "PortValue"},
+		{"a listener on a host name", `static_resources: {listeners: [{name: x, address: {socket_address: {address: localhost, port_value: 1}}, filter_chains: [{filters: [{name: t, typed_config: {"@type": ` + tcpProxyType + `, stat_prefix: t, cluster: c}}]}]}]}`, `listener x: address: address "localhost": want an IP`},
+		{"a route to a cluster that does not exist", hcm(`stat_prefix: h, route_config: {virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: /}, route: {cluster: missing}}]}]}`), "listener x: filter hcm: route_config: unknown cluster 'missing'"},
+		{"two listeners of one name", `static_resources: {listeners: [{name: x}, {name: x}]}`, "listener x: a listener of that name already exists"},
+		{"two clusters of one name", `static_resources: {clusters: [{name: c}, {name: c}]}`, "duplicate cluster 'c'"},
+		{"YAML that is not", "admin: {address: [", "YAML"},
 	} {
-		if _, err := ParseBootstrap(nil, false, bad); err == nil || !strings.Contains(err.Error(), "listener x") {
-			t.Errorf("%s: %v, want an error naming the listener", bad, err)
+		_, err := ParseBootstrap(nil, false, tt.yaml)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v; want an error with %q", tt.name, err, tt.want)
 		}
+	}
+	// -c's file, as JSON, names where it is wrong too.
+	if _, err := ParseBootstrap([]byte(`{"admin": {"address": {"pipe": {"path": "/a.sock"}}}, "statc_resources": {}}`), true, ""); err == nil || !strings.Contains(err.Error(), `unknown field "statc_resources"`) {
+		t.Errorf("a misspelt field in -c's JSON: %v", err)
 	}
 }

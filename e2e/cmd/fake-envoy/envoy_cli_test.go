@@ -203,7 +203,7 @@ func TestBootstrapListenersForward(t *testing.T) {
 	t.Cleanup(app.Close)
 	host, port, _ := net.SplitHostPort(app.Listener.Addr().String())
 	dir := configDir(t)
-	cluster := `{"static_resources": {"clusters": [{"name": "app", "load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "` + host + `", "port_value": ` + port + `}}}}]}]}}]}}`
+	cluster := `{"static_resources": {"clusters": [{"name": "app", "load_assignment": {"cluster_name": "app", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "` + host + `", "port_value": ` + port + `}}}}]}]}}]}}`
 	if err := os.WriteFile(filepath.Join(dir, "clusters.json"), []byte(cluster), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ static_resources:
 	if code, body, err := get(addr, "GET", "/hello", 2*time.Second); err != nil || code != 200 || body != "app /hello" {
 		t.Fatalf("through the inbound listener: %d %q %v", code, body, err)
 	}
-	if code, out := validate(t, "--config-yaml", "static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.redis_proxy}]}]}]}"); code != 1 || !strings.Contains(out, "listener x") {
+	if code, out := validate(t, "--config-yaml", "static_resources: {listeners: [{name: x, address: {socket_address: {address: 127.0.0.1, port_value: 1}}, filter_chains: [{filters: [{name: envoy.filters.network.redis_proxy, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy}}]}]}]}"); code != 1 || !strings.Contains(out, "redis_proxy") {
 		t.Errorf("a listener the fake cannot run: exit %d:\n%s", code, out)
 	}
 	if code, out := validate(t, "-c", "missing.yaml"); code != 1 || !strings.Contains(out, "Invalid path: missing.yaml") {

@@ -71,6 +71,10 @@ a tcp_proxy joins its connections to its cluster's. traffic_direction INBOUND
 marks the listeners /drain_listeners?inboundonly drains. The admin API is on
 the bootstrap's admin.address: a socket_address, or a pipe (a unix socket at
 its path). --admin-addr, when given, wins over the bootstrap's admin address.
+The bootstrap is read into Envoy's own types (bootstrap v3) and checked by their
+rules, as Envoy reads it: one Envoy would reject (an unknown field, a typed_config
+without its @type or of a type Envoy does not know, a value out of its rules, a
+route to a cluster that does not exist) is an error, exit 1.
 
 FAKE_ENVOY_FLAGS, when set, holds more arguments, split at spaces, taken before
 the command line's: the fixture's flags reach a fake whose command line a parent
