@@ -366,7 +366,7 @@ func commandOf(section string) string {
 // e2eBench is the command line of one of e2e's benchmarks, against the
 // binaries make bench built.
 func e2eBench(name string) string {
-	return "PS_BENCH_BIN=$PWD/bin/bench/bin go test -count=1 -run '^$' -bench '^" + name + "$' -benchtime 1x ./e2e"
+	return "PS_BENCH_BIN=$PWD/bin/bench/bin go -C e2e test -count=1 -run '^$' -bench '^" + name + "$' -benchtime 1x ."
 }
 
 // field is the value of key=value among f.
