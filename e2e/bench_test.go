@@ -13,7 +13,7 @@ package e2e
 //
 // Run them all (root; tini, dumb-init, curl, netstat and wrk in PATH):
 //
-//	PS_BENCH_BIN=$PWD/bin go test -run '^$' -bench . -benchtime 1x -timeout 30m ./e2e
+//	PS_BENCH_BIN=$PWD/bin go -C e2e test -run '^$' -bench . -benchtime 1x -timeout 30m .
 //
 // PS_BENCH_BIN names a directory holding release builds (make build) of
 // proxy-supervisor and fake-envoy, and storm (go build ./scripts/storm); by
