@@ -1,5 +1,5 @@
 // Command fake-envoy stands in for the envoy binary in proxy-supervisor's end-to-end
-// tests and demo. It serves internal/testing/fakeenvoy's admin API and listeners, and treats
+// tests and demo. It serves fakeenvoy's admin API and listeners, and treats
 // its parent the way Envoy does: which signals kill it and when, its exit codes, and on
 // request a crash, a hang on shutdown or a burst of orphaned processes.
 package main
