@@ -317,7 +317,7 @@ func TestAdminTimesOutOnSilence(t *testing.T) {
 func TestBoundWhileSilent(t *testing.T) {
 	e, a := startEnvoy(t, fakeenvoy.Options{SilentFor: time.Hour})
 	<-e.Bound()
-	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+	if ok, err := a.Listening(context.Background()); !ok || err != nil {
 		t.Fatalf("silent admin: %v %v", ok, err)
 	}
 }
@@ -341,7 +341,7 @@ func TestTrackerAlsoAsksTheReadyURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, a := startEnvoy(t, fakeenvoy.Options{})
-	tr := envoy.NewTracker(a, envoy.TrackerConfig{ReadyEvery: 50 * time.Millisecond, Also: u.Check})
+	tr := envoy.NewTracker(a, envoy.TrackerConfig{ReadyEvery: 50 * time.Millisecond, ExtraReady: u.Check})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()

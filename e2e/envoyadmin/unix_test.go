@@ -26,7 +26,7 @@ func TestAdminOverUnixSocket(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if bound, err := a.Bound(ctx); bound || err != nil {
+	if bound, err := a.Listening(ctx); bound || err != nil {
 		t.Fatalf("Bound with no socket = %v, %v; want false", bound, err)
 	}
 	if _, err := a.ListenerPorts(ctx); !envoy.Refused(err) {
@@ -38,10 +38,10 @@ func TestAdminOverUnixSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	if bound, err := a.Bound(ctx); bound || err != nil {
+	if bound, err := a.Listening(ctx); bound || err != nil {
 		t.Errorf("Bound before the admin listens = %v, %v; want false", bound, err)
 	}
-	proctest.Eventually(t, 5*time.Second, "the admin API bound", func() bool { b, _ := a.Bound(ctx); return b })
+	proctest.Eventually(t, 5*time.Second, "the admin API bound", func() bool { b, _ := a.Listening(ctx); return b })
 	proctest.Eventually(t, 5*time.Second, "LIVE over the socket", func() bool { _, ready, _ := a.ServerState(ctx); return ready })
 	if info, err := a.ServerInfo(ctx); err != nil || info.Version != (envoy.Version{Major: 1, Minor: 37, Patch: 2}) {
 		t.Errorf("ServerInfo %+v, %v", info, err)

@@ -98,14 +98,14 @@ func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) 
 	return resp, nil
 }
 
-// Bound reports whether anything accepts connections on the admin port.
+// Listening reports whether anything accepts connections on the admin port.
 // While a starting proxy leaves the port unbound, the tracker asks a hundred
 // times a second, and an HTTP request that is refused leaves 2.4 kB of
 // garbage each time (net/http's 5.6 kB doubled the supervisor's idle RSS);
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
 // BenchmarkBoundRefused). Other addresses take the ordinary dialer. Of
 // localhost's two addresses, either bound is bound.
-func (a *Admin) Bound(ctx context.Context) (bool, error) {
+func (a *Admin) Listening(ctx context.Context) (bool, error) {
 	if a.url.Network == "unix" {
 		return connectsUnix(a.url.Addr)
 	}

@@ -39,7 +39,7 @@ func BenchmarkBoundRefused(b *testing.B) {
 	a := refusedAdmin(b)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		a.Bound(context.Background())
+		a.Listening(context.Background())
 	}
 }
 

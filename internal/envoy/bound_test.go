@@ -20,7 +20,7 @@ func TestBoundWithAFullBacklogIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	bound, err := a.Bound(ctx)
+	bound, err := a.Listening(ctx)
 	if took := time.Since(began); took > time.Second {
 		t.Fatalf("Bound took %v against a full backlog", took)
 	}
@@ -56,11 +56,11 @@ func TestBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := adminFor("http://" + ln.Addr().String())
-	if ok, err := a.Bound(context.Background()); !ok || err != nil {
+	if ok, err := a.Listening(context.Background()); !ok || err != nil {
 		t.Fatalf("listening port: %v %v", ok, err)
 	}
 	ln.Close()
-	if ok, err := a.Bound(context.Background()); ok || err != nil {
+	if ok, err := a.Listening(context.Background()); ok || err != nil {
 		t.Fatalf("closed port: %v %v", ok, err)
 	}
 }

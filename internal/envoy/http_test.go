@@ -153,7 +153,7 @@ func TestTrackerKeepsItsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewTracker(a, TrackerConfig{Also: u.Check})
+	tr := NewTracker(a, TrackerConfig{ExtraReady: u.Check})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { tr.Run(ctx); close(done) }()

@@ -24,10 +24,10 @@ type TrackerConfig struct {
 	// by xDS reaches LIVE without any config once its initial fetch times
 	// out.
 	Strict bool
-	// Also, if set, is another readiness check asked once Envoy is ready
+	// ExtraReady, if set, is another readiness check asked once Envoy is ready
 	// (ReadyURL.Check): "" when ready too, else why not. It is bounded by
 	// the poll's context.
-	Also func(ctx context.Context) string
+	ExtraReady func(ctx context.Context) string
 	// StartEvery and ReadyEvery are the poll intervals before and after
 	// readiness; zero means the defaults.
 	StartEvery, ReadyEvery time.Duration
@@ -76,12 +76,12 @@ type Tracker struct {
 	pending chan answer
 	sent    time.Time
 
-	mu      sync.Mutex
-	status  Status
-	changed chan struct{} // closed at the next change, then replaced
-	gone    bool          // the proxy has exited: nothing may make it ready again
-	kept    []Change      // with Keep, the changes Changes has not taken yet
-	heard   time.Time     // the admin API's last answer, whatever it said
+	mu         sync.Mutex
+	status     Status
+	changed    chan struct{} // closed at the next change, then replaced
+	gone       bool          // the proxy has exited: nothing may make it ready again
+	kept       []Change      // with Keep, the changes Changes has not taken yet
+	lastAnswer time.Time     // the admin API's last answer, whatever it said
 }
 
 // NewTracker returns a tracker of the proxy behind admin. It polls nothing
@@ -133,7 +133,7 @@ func (t *Tracker) Changes() ([]Change, <-chan struct{}) {
 func (t *Tracker) LastAnswer() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.heard
+	return t.lastAnswer
 }
 
 // Gone records that the proxy exited, with why. It is final: readiness is
@@ -209,7 +209,7 @@ type answer struct {
 
 func (t *Tracker) poll(ctx context.Context) Status {
 	if st, _ := t.Status(); st.Down && t.pending == nil {
-		if bound, err := t.admin.Bound(ctx); err == nil && !bound {
+		if bound, err := t.admin.Listening(ctx); err == nil && !bound {
 			return st
 		}
 	}
@@ -246,8 +246,8 @@ func (t *Tracker) poll(ctx context.Context) Status {
 			return Status{Reason: why}
 		}
 	}
-	if t.cfg.Also != nil {
-		if why := t.cfg.Also(pctx); why != "" {
+	if t.cfg.ExtraReady != nil {
+		if why := t.cfg.ExtraReady(pctx); why != "" {
 			return Status{Reason: why}
 		}
 	}
@@ -265,7 +265,7 @@ func (t *Tracker) ask(ctx context.Context) chan answer {
 		var se *StatusError
 		if err == nil || errors.As(err, &se) {
 			t.mu.Lock()
-			t.heard = now
+			t.lastAnswer = now
 			t.mu.Unlock()
 		}
 		ch <- answer{state, ready, err, now}

@@ -166,13 +166,13 @@ func New(cfg Config) (*Supervisor, error) {
 	s.term = termination{Supervisor: s, clk: cfg.Clock}
 	s.m = newMeters(s)
 	s.life = newLifecycle(cfg.Log, s.m.setPhase)
-	var also func(context.Context) string
+	var extraReady func(context.Context) string
 	if cfg.ExtraReady.Network != "" {
-		also = envoy.NewReadyURL(cfg.ExtraReady).Check
+		extraReady = envoy.NewReadyURL(cfg.ExtraReady).Check
 	}
 	s.tracker = envoy.NewTracker(s.admin, envoy.TrackerConfig{
 		Strict:     cfg.StrictReady,
-		Also:       also,
+		ExtraReady: extraReady,
 		StartEvery: cfg.Intervals.TrackerStart,
 		ReadyEvery: cfg.Intervals.TrackerReady,
 		Silence:    cfg.HungAfter, // liveness waits that long for an answer
@@ -397,7 +397,7 @@ func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 	if s.life.everReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
 		defer cancel()
-		bound, err := s.admin.Bound(ctx)
+		bound, err := s.admin.Listening(ctx)
 		if err == nil && !bound {
 			s.life.noteEnvoyDown(time.Now())
 		}
