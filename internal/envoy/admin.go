@@ -104,15 +104,22 @@ func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) 
 // garbage each time (net/http's 5.6 kB doubled the supervisor's idle RSS);
 // a bare connect on a loopback address leaves none (BenchmarkRefusedPoll,
 // BenchmarkBoundRefused). Other addresses take the ordinary dialer. Of
-// localhost's two addresses, either bound is bound.
+// localhost's two addresses, either bound is bound, and ::1 that cannot
+// be reached (a pod without IPv6 on lo) after 127.0.0.1 refused is unbound
+// too, as DialTCP takes it.
 func (a *Admin) Listening(ctx context.Context) (bool, error) {
 	if a.url.Network == "unix" {
 		return connectsUnix(a.url.Addr)
 	}
-	for _, ap := range a.tcp {
+	for i, ap := range a.tcp {
 		bound, err := connectsTCP(ctx, ap)
-		if bound || err != nil {
-			return bound, err
+		switch {
+		case bound:
+			return true, nil
+		case err != nil && i == 0:
+			return false, err
+		case err != nil:
+			return false, nil
 		}
 	}
 	return false, nil

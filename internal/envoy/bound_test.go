@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -22,10 +23,10 @@ func TestBoundWithAFullBacklogIsBounded(t *testing.T) {
 	began := time.Now()
 	bound, err := a.Listening(ctx)
 	if took := time.Since(began); took > time.Second {
-		t.Fatalf("Bound took %v against a full backlog", took)
+		t.Fatalf("Listening took %v against a full backlog", took)
 	}
 	if err != nil || !bound {
-		t.Fatalf("Bound = %v, %v; want bound", bound, err)
+		t.Fatalf("Listening = %v, %v; want bound", bound, err)
 	}
 }
 
@@ -62,5 +63,31 @@ func TestBound(t *testing.T) {
 	ln.Close()
 	if ok, err := a.Listening(context.Background()); ok || err != nil {
 		t.Fatalf("closed port: %v %v", ok, err)
+	}
+}
+
+// localhost is 127.0.0.1 then ::1. In a pod without IPv6 on lo, ::1 cannot
+// be reached at all; once 127.0.0.1 has refused, that is an unbound port,
+// not an error (which took the tracker off its cheap probe, and hid
+// Envoy's death at the proxy's exit). A link-local address without a zone
+// fails its connect the same way here, on any machine.
+func TestListeningTakesAnUnreachableSecondAddressAsUnbound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := netip.MustParseAddrPort(ln.Addr().String())
+	ln.Close()
+	a, err := adminFor("http://" + refused.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.tcp = []netip.AddrPort{refused, netip.MustParseAddrPort("[fe80::1]:80")}
+	if bound, err := a.Listening(context.Background()); bound || err != nil {
+		t.Fatalf("Listening = %v, %v; want unbound, no error", bound, err)
+	}
+	a.tcp = a.tcp[1:] // alone, the unreachable address is an error
+	if _, err := a.Listening(context.Background()); err == nil {
+		t.Fatal("Listening on an unreachable address alone: no error")
 	}
 }

@@ -162,7 +162,7 @@ func TestTrackerKeepsItsConnections(t *testing.T) {
 	if n := adminConns.Load(); n > 1 {
 		t.Errorf("%d admin connections for %d polls, want 1", n, polls.Load())
 	}
-	// Also is asked only once Envoy is LIVE; ask it as often directly.
+	// ExtraReady is asked only once Envoy is LIVE; ask it as often directly.
 	for range 50 {
 		if why := u.Check(context.Background()); why != "" {
 			t.Fatal(why)

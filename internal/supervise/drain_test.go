@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -252,5 +254,32 @@ func TestSigtermAfterAnEndedDrainChecksAgain(t *testing.T) {
 	c.Close()
 	if code := h.wait(5 * time.Second); code != 0 {
 		t.Fatalf("Run = %d, want 0", code)
+	}
+}
+
+// A leader (pilot-agent) that exits by itself once the preStop's drain has
+// ended is not in the middle of a drain: its group is killed at once, and
+// the preStop's 0 stands. Held as if mid-drain, it waited for a drain end
+// that had come already, until the kubelet's SIGTERM, and its code
+// replaced the 0.
+func TestLeaderExitAfterTheDrainEnded(t *testing.T) {
+	exit := filepath.Join(t.TempDir(), "exit")
+	h := startSupervisor(t, func(h *harness, c *Config) {
+		leader := fmt.Sprintf(`"$0" "$@" >>'%s' 2>&1 & while [ ! -e '%s' ]; do sleep 0.05; done; exit 2`, h.envoyLog, exit)
+		c.Command = append([]string{"/bin/sh", "-c", leader}, c.Command[3:]...)
+	})
+	h.waitReady()
+	ok, why, err := h.client.Drain(t.Context(), 5*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("POST /v1/drain: %v, %q, %v; want drained", ok, why, err)
+	}
+	if err := os.WriteFile(exit, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want the preStop's 0", code)
+	}
+	if h.logged("the proxy's leader exited by itself in the middle of the drain") {
+		t.Error("a leader's exit after the drain's end was taken as mid-drain")
 	}
 }

@@ -138,7 +138,7 @@ func (t *termination) loop() error {
 			t.log.Warn("what the proxy's leader left in its group exited during the drain")
 			t.stop("the drain ended after the proxy's leader exited")
 		case <-t.leftDone:
-			if isClosed(t.left) { // else SIGKILLed; Finish kills it again, and the PID namespace ends with us
+			if isClosed(t.left) { // else SIGKILLed; KillLeftovers kills it again, and the PID namespace ends with us
 				t.log.Info("nothing the proxy's leader left in its group runs any more")
 			}
 			t.proxyExited(*t.leaderExit)
@@ -373,7 +373,9 @@ func (t *termination) stop(why string) {
 // stopped as the proxy is: /quitquitquit, SIGTERM, SIGKILL.
 func (t *termination) leaderExited(e reaper.Exit) (hold bool) {
 	envoyUp := t.checkEnvoyAtExit()
-	if t.life.drainRunning() == nil {
+	// A preStop's drain that has ended leaves the phase at Draining until
+	// the SIGTERM: past its end, nothing is left to hold for.
+	if run := t.life.drainRunning(); run == nil || isClosed(run.done) {
 		return false
 	}
 	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
