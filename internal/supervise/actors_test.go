@@ -66,11 +66,13 @@ func TestActorFailureStopsTheProxy(t *testing.T) {
 			})
 			h.waitReady()
 			pgid := h.status().ProxyPID
-			broken := time.Now()
 			breakListener(t, tt.match(h))
-			code := h.wait(h.cfg.StopTimeout + 3*time.Second)
-			if took := time.Since(broken); took > h.cfg.StopTimeout+time.Second {
-				t.Errorf("Run returned %v after the %s failed; want within the %v stop timeout", took, tt.actor, h.cfg.StopTimeout)
+			// The order of events, not a race against a clock: the
+			// termination actor stops the proxy for the actor's end, and
+			// /quitquitquit is enough (no escalation, below).
+			code := h.wait(h.cfg.StopTimeout + 10*time.Second)
+			if !h.logged("stop requested", "reason", "shutting down") {
+				t.Errorf("no stop for the %s's end", tt.actor)
 			}
 			if code == 0 {
 				t.Errorf("Run = 0 after the %s failed; want non-zero", tt.actor)
