@@ -165,7 +165,10 @@ func text(code int, body []byte, parts ...string) http1.Answer {
 //
 // The kubelet sends a probe's whole request with its connect, and the
 // probe is answered as soon as it is read: its connection is the newest
-// at its accept and again at its read, so it is the last to be closed.
+// at its accept and again at its read, so it is the last to be closed. From
+// its read to its answer's write it is never closed (http1.Answerer): on a
+// starved node that gap took long enough for a thousand trickling clients
+// to have all sent a byte since, and the probe was closed unanswered.
 // Among connections that send nothing, the oldest goes; among those that
 // trickle bytes, the one that sent its last longest ago. Choosing among
 // equals instead (the oldest of the source holding the most, when a
@@ -217,10 +220,10 @@ func (l *fairListener) Accept() (net.Conn, error) {
 // tells late: under a flood the accept loop runs on (the supervisor has one
 // P) and the goroutines of connections whose bytes arrived are woken tens
 // of milliseconds later. So the bytes waiting in the socket count too: a
-// connection that has some sent them now, which makes it the newest. When
-// every one has bytes waiting, the one that was quietest goes all the
-// same: a cap that a flood of talkers could lift would not bound the
-// goroutines. mu is held.
+// connection that has some sent them now, which makes it the newest, and
+// so does one being answered. When every one has bytes waiting or is being
+// answered, the one that was quietest goes all the same: a cap that a
+// flood of talkers could lift would not bound the goroutines. mu is held.
 func (l *fairListener) quietest(cs []*fairConn) *fairConn {
 	var first *fairConn
 	for range l.n {
@@ -239,7 +242,7 @@ func (l *fairListener) quietest(cs []*fairConn) *fairConn {
 				find(cs)
 			}
 		}
-		if q == nil || !q.waiting() {
+		if q == nil || !q.answering.Load() && !q.waiting() {
 			return q
 		}
 		if first == nil {
@@ -276,10 +279,15 @@ func sourceOf(c net.Conn) netip.Addr {
 
 type fairConn struct {
 	net.Conn
-	l    *fairListener
-	src  netip.Addr
-	last atomic.Int64 // when it last sent a byte, or its accept (Unix ns)
+	l         *fairListener
+	src       netip.Addr
+	last      atomic.Int64 // when it last sent a byte, or its accept (Unix ns)
+	answering atomic.Bool  // its request read, its answer not yet written
 }
+
+// Answering is the server's word that c's request has been read and is
+// being answered (true), or that its answer is written (false).
+func (c *fairConn) Answering(b bool) { c.answering.Store(b) }
 
 // waiting reports whether bytes that c's client sent wait to be read.
 func (c *fairConn) waiting() bool {

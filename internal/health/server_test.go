@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/flood"
 )
@@ -92,23 +94,7 @@ func TestCapClosesTheQuietest(t *testing.T) {
 	}
 	l := newFairListener(ln, 2, 16)
 	defer l.Close()
-	// connect makes a client connection from its own address, writing
-	// head at once, and returns it with the listener's side.
-	connect := func(i byte, head string) (client, server net.Conn) {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 3, 0, i)}, Timeout: 5 * time.Second}
-		client, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { client.Close() })
-		if _, err := client.Write([]byte(head)); err != nil {
-			t.Fatal(err)
-		}
-		if server, err = l.Accept(); err != nil {
-			t.Fatal(err)
-		}
-		return client, server
-	}
+	connect := func(i byte, head string) (client, server net.Conn) { return connectFrom(t, l, 0, i, head) }
 	closed := func(c net.Conn) bool {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		_, err := c.Read(make([]byte, 1))
@@ -124,6 +110,56 @@ func TestCapClosesTheQuietest(t *testing.T) {
 	if _, err := probe.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the connection whose request waits was closed: %v", err)
 	}
+}
+
+// A connection whose request has been read and is being answered is not
+// closed at the cap, however long its answer takes: the probe's client has
+// said all, and on a starved node the gap from its read to its answer's
+// write outlasted every trickling client's last byte.
+func TestCapKeepsTheConnectionBeingAnswered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newFairListener(ln, 2, 16)
+	defer l.Close()
+	connect := func(i byte, head string) (client, server net.Conn) { return connectFrom(t, l, 1, i, head) }
+	req := "GET /healthz/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+	probe, served := connect(1, req)
+	if _, err := io.ReadFull(served, make([]byte, len(req))); err != nil {
+		t.Fatal(err)
+	}
+	served.(http1.Answerer).Answering(true) // what the server says once it has the head
+	silent, _ := connect(2, "")             // newer than the probe's read
+	connect(3, "")                          // at the cap: one of the two goes
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the silent connection was kept")
+	}
+	probe.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := probe.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection being answered was closed: %v", err)
+	}
+}
+
+// connectFrom makes a client connection to l from its own address,
+// 127.3.net.i, writing head at once, and returns it with the listener's
+// side.
+func connectFrom(t *testing.T, l *fairListener, net3, i byte, head string) (client, server net.Conn) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 3, net3, i)}, Timeout: 5 * time.Second}
+	client, err := d.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	if _, err := client.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	return client, server
 }
 
 // listenOn builds the server for addr and binds it.

@@ -168,10 +168,22 @@ func (s *Server) track(c net.Conn) bool {
 	return true
 }
 
-// busy marks c as answering a request, or as between requests. It reports
-// false when the server is closing: then the connection must end (Close
-// has closed it already if it was between requests).
+// Answerer is a connection that is told when its request has been read
+// and when its answer has been written: a listener that closes connections
+// at a cap must not take one whose client has said all and waits for the
+// server (health's takes the one quietest longest).
+type Answerer interface {
+	Answering(bool)
+}
+
+// busy marks c as answering a request, or as between requests, and tells
+// an Answerer. It reports false when the server is closing: then the
+// connection must end (Close has closed it already if it was between
+// requests).
 func (s *Server) busy(c net.Conn, busy bool) bool {
+	if a, ok := c.(Answerer); ok {
+		a.Answering(busy)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {

@@ -123,3 +123,66 @@ func TestCloseDeliversWhatIsInFlight(t *testing.T) {
 		t.Errorf("Conns: %d served, %d open; want 2 and 0", served, open)
 	}
 }
+
+// answerConn records what the server tells it of its answers.
+type answerConn struct {
+	net.Conn
+	told chan bool
+}
+
+func (c *answerConn) Answering(b bool) { c.told <- b }
+
+type answerListener struct {
+	net.Listener
+	told chan bool
+}
+
+func (l answerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &answerConn{Conn: c, told: l.told}, nil
+}
+
+// A connection that is an Answerer is told that its request is answered
+// before its Handler runs, and that the answer is written once it is:
+// health's cap keeps it in between.
+func TestAnswererToldAroundItsAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := make(chan bool, 4)
+	s := NewServer(answerListener{ln, told}, testConfig(func(_ context.Context, _ *Request, body []byte) Answer {
+		select {
+		case b := <-told:
+			if !b {
+				t.Error("the Handler ran after the connection was told its answer was written")
+			}
+		default:
+			t.Error("the Handler ran before the connection was told it was being answered")
+		}
+		return Answer{Code: 200, Body: append(body, "ok\n"...)}
+	}, slog.New(slog.DiscardHandler)))
+	go s.Serve()
+	defer s.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer: %v %v", resp, err)
+	}
+	select {
+	case b := <-told:
+		if b {
+			t.Fatal("told it was being answered again, want written")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not told that the answer was written within 10 s")
+	}
+}
