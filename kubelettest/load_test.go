@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -45,7 +46,7 @@ type load struct {
 	slices   map[string]*discoveryv1.EndpointSlice
 	sent, ok int
 	failures map[string]int
-	examples []string
+	examples []failure
 	// noneReady are the moments the slices listed no ready endpoint, each
 	// with the endpoints they listed and the node's load then: what
 	// explains it (a probe's failure, and why).
@@ -54,6 +55,8 @@ type load struct {
 	// the connections they made: a close hint that sends a client back to
 	// a pod still in its endpoints costs a new connection per request.
 	keepSent, keepDials atomic.Int64
+	// snapshots counts the failures whose target's state was taken.
+	snapshots atomic.Int64
 	// keepWasted are those of keepDials made to a pod whose deletion had
 	// begun (deleting, kept by watchDeletions): that pod was still among
 	// the client's ready endpoints, so the connection was made because a
@@ -63,15 +66,42 @@ type load struct {
 	// pod among its ready endpoints.
 	keepWasted int
 	wastedLast time.Duration
-	deleting   map[string]deletion // by pod IP
+	pods       map[string][]*podLife // by pod IP, oldest first
+	// listings are, by endpoint (IP:PORT), the spans in which the
+	// client's slices listed it ready.
+	listings map[string][]span
 }
 
-// deletion is when the suite saw a pod's deletion begin: its watch's
-// first sight of the pod's deletionTimestamp, not that field's value
-// (the request's time plus the grace period, in whole seconds).
-type deletion struct {
-	pod  types.UID
+// span is a stretch of time; to is zero while it lasts.
+type span struct{ from, to time.Time }
+
+// podLife is what the suite saw of a pod at its IP.
+type podLife struct {
+	name    string
+	uid     types.UID
+	created time.Time
+	// asked is when the pod's deletion was asked for: its
+	// deletionTimestamp less its grace period, in whole seconds, known
+	// however late the watch delivered it.
+	asked time.Time
+	// seen is the watch's first sight of the pod deleting.
 	seen time.Time
+	// ready is when the pod last became Ready (whole seconds); restarts
+	// are its containers' restarts.
+	ready    time.Time
+	restarts int32
+}
+
+// failure is a failed request: when it was sent and when it failed, its
+// target, and what it got.
+type failure struct {
+	sent, at time.Time
+	target   string // IP:PORT
+	what     string
+	// state is the pod found at the target's IP as the failure came, with
+	// its containers' last log lines: for the first few failures a
+	// proxy answered.
+	state string
 }
 
 // unreadyMoment is a stretch of ticks that found no ready endpoint.
@@ -82,7 +112,8 @@ type unreadyMoment struct {
 }
 
 func newLoad(c *cluster, service string, port int32, rate time.Duration, path func(int) string) *load {
-	l := &load{c: c, service: service, port: port, rate: rate, path: path, slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{}, deleting: map[string]deletion{}}
+	l := &load{c: c, service: service, port: port, rate: rate, path: path, slices: map[string]*discoveryv1.EndpointSlice{}, failures: map[string]int{},
+		pods: map[string][]*podLife{}, listings: map[string][]span{}}
 	client := func(keepAlive bool) *http.Client {
 		dial := theNode.netns().Dial
 		if keepAlive {
@@ -109,12 +140,32 @@ func newLoad(c *cluster, service string, port int32, rate time.Duration, path fu
 func (l *load) ready() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.readyLocked()
+}
+
+func (l *load) readyLocked() []string {
 	var all []string
 	for _, s := range l.slices {
 		all = append(all, readyEndpoints(s, l.port)...)
 	}
 	sort.Strings(all)
 	return all
+}
+
+// noteListing keeps when the client's slices came to list an endpoint
+// ready, and when they stopped. l.mu is held.
+func (l *load) noteListing(before, after []string) {
+	now := time.Now()
+	for _, ep := range after {
+		if !slices.Contains(before, ep) {
+			l.listings[ep] = append(l.listings[ep], span{from: now})
+		}
+	}
+	for _, ep := range before {
+		if s := l.listings[ep]; !slices.Contains(after, ep) && len(s) > 0 {
+			s[len(s)-1].to = now
+		}
+	}
 }
 
 // endpoints describes every endpoint the slices list, ready or not, with
@@ -220,7 +271,9 @@ func (l *load) lagged(ctx context.Context) func(change func()) {
 				case <-time.After(time.Until(c.at.Add(l.lag))):
 				}
 				l.mu.Lock()
+				before := l.readyLocked()
 				c.change()
+				l.noteListing(before, l.readyLocked())
 				l.mu.Unlock()
 			}
 		}
@@ -291,14 +344,45 @@ func (l *load) podSeen(p *corev1.Pod) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d, known := l.deleting[ip]
-	switch {
-	case known && d.pod == p.UID:
-	case p.DeletionTimestamp != nil:
-		l.deleting[ip] = deletion{pod: p.UID, seen: time.Now()}
-	case known:
-		delete(l.deleting, ip) // a new pod on an old pod's IP
+	lives := l.pods[ip]
+	var life *podLife
+	if n := len(lives); n > 0 && lives[n-1].uid == p.UID {
+		life = lives[n-1]
+	} else {
+		// A new pod, or one on an old pod's IP.
+		life = &podLife{name: p.Name, uid: p.UID, created: p.CreationTimestamp.Time}
+		l.pods[ip] = append(lives, life)
 	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			life.ready = c.LastTransitionTime.Time
+		}
+	}
+	var restarts int32
+	for _, c := range p.Status.ContainerStatuses {
+		restarts += c.RestartCount
+	}
+	life.restarts = max(life.restarts, restarts)
+	if p.DeletionTimestamp != nil && life.seen.IsZero() {
+		life.seen = time.Now()
+		life.asked = p.DeletionTimestamp.Time
+		if g := p.DeletionGracePeriodSeconds; g != nil {
+			life.asked = life.asked.Add(-time.Duration(*g) * time.Second)
+		}
+	}
+}
+
+// podAt is the pod that had ip at t: the newest one created by then.
+// l.mu is held.
+func (l *load) podAt(ip string, t time.Time) *podLife {
+	lives := l.pods[ip]
+	for i := len(lives) - 1; i >= 0; i-- {
+		// Whole seconds: a pod created in t's second may be it.
+		if !lives[i].created.After(t) || i == 0 {
+			return lives[i]
+		}
+	}
+	return nil
 }
 
 // wasted counts a kept-alive dial to addr (IP:PORT) when its pod was seen
@@ -316,8 +400,11 @@ func (l *load) wasted(addr string) {
 // false when it was not. l.mu is held.
 func (l *load) deletingFor(addr string) (time.Duration, bool) {
 	ip, _, _ := net.SplitHostPort(addr)
-	d, ok := l.deleting[ip]
-	return time.Since(d.seen), ok
+	lives := l.pods[ip]
+	if n := len(lives); n > 0 && !lives[n-1].seen.IsZero() {
+		return time.Since(lives[n-1].seen), true
+	}
+	return 0, false
 }
 
 // wastedDials are keepWasted and wastedLast.
@@ -359,7 +446,7 @@ func (l *load) run(ctx context.Context) {
 		eps := l.ready()
 		if len(eps) == 0 {
 			l.none(prevNone)
-			l.fail("no ready endpoint", "")
+			l.fail("no ready endpoint", time.Now(), "", "")
 		}
 		if prevNone = len(eps) == 0; prevNone {
 			continue
@@ -380,20 +467,26 @@ func (l *load) run(ctx context.Context) {
 }
 
 func (l *load) send(client *http.Client, url string) {
+	sent := time.Now()
+	target, _, _ := strings.Cut(strings.TrimPrefix(url, "http://"), "/")
 	resp, err := client.Get(url)
 	if err != nil {
-		l.fail(failureKind(err), fmt.Sprintf("%s: %v%s", url, err, l.podState(url)))
+		l.fail(failureKind(err), sent, target, fmt.Sprintf("%s: %v", url, err))
 		return
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	switch {
 	case err != nil:
-		l.fail(failureKind(err), fmt.Sprintf("%s: body: %v%s", url, err, l.podState(url)))
+		l.fail(failureKind(err), sent, target, fmt.Sprintf("%s: body: %v", url, err))
 	case resp.StatusCode >= 500:
-		l.fail("5xx", fmt.Sprintf("%s: %s %q%s", url, resp.Status, body, l.podState(url)))
+		what := fmt.Sprintf("%s: %s %q", url, resp.Status, body)
+		if l.snapshots.Add(1) <= 3 {
+			what += "\n" + l.stateAt(target)
+		}
+		l.fail("5xx", sent, target, what)
 	case resp.StatusCode != http.StatusOK:
-		l.fail(resp.Status, url+l.podState(url))
+		l.fail(resp.Status, sent, target, url)
 	default:
 		l.mu.Lock()
 		l.sent++
@@ -402,18 +495,134 @@ func (l *load) send(client *http.Client, url string) {
 	}
 }
 
-// podState says of a failed request's target whether the suite had seen
-// its pod deleting, and for how long: a failure on a pod that the client
-// should have left already is the client's lag, one on a pod not deleting
-// is the pod's own.
-func (l *load) podState(target string) string {
-	host, _, _ := strings.Cut(strings.TrimPrefix(target, "http://"), "/")
+// stateAt describes every pod at the target's IP now, of any test, and
+// its containers' last log lines (the node's CRI logs, with their times).
+func (l *load) stateAt(target string) string {
+	ip, _, _ := net.SplitHostPort(target)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := l.c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "    the pods: " + err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		if p.Status.PodIP != ip {
+			continue
+		}
+		fmt.Fprintf(&b, "    pod %s/%s created %s deleting %v phase %s\n", p.Namespace, p.Name,
+			p.CreationTimestamp.Format(time.TimeOnly), p.DeletionTimestamp != nil, p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "      %s=%s since %s\n", c.Type, c.Status, c.LastTransitionTime.Format(time.TimeOnly))
+		}
+		for _, c := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			fmt.Fprintf(&b, "      %s ready=%v restarts=%d state=%+v\n", c.Name, c.Ready, c.RestartCount, c.State)
+		}
+		root := fmt.Sprintf("/proc/%d/root/var/log/pods", theNode.holder.Process.Pid)
+		files, _ := filepath.Glob(filepath.Join(root, p.Namespace+"_"+p.Name+"_*", "*", "*.log"))
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			fmt.Fprintf(&b, "      log %s:\n", strings.TrimPrefix(f, root))
+			for _, line := range lines[max(0, len(lines)-8):] {
+				fmt.Fprintf(&b, "        %s\n", line)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "    no pod at " + ip
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// failureLines describe the failed requests kept, each with what the suite saw
+// of its target: the pod at its IP, when that pod's deletion was asked for
+// (by its deletionTimestamp, which no watch's lag delays) and seen, and
+// when the client's slices listed the endpoint ready. A failure on a pod
+// not deleting, or deleting for less than its app keeps serving, is the
+// pod's own; one on a pod deleted longer ago is the client's lag.
+func (l *load) failureLines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if since, ok := l.deletingFor(host); ok {
-		return fmt.Sprintf(" (its pod seen deleting %s before)", since.Round(time.Millisecond))
+	rel := func(t time.Time) string { return t.Sub(l.start).Round(time.Millisecond).String() }
+	var out []string
+	for _, f := range l.examples {
+		line := fmt.Sprintf("at %s (sent at %s): %s", rel(f.at), rel(f.sent), f.what)
+		if f.target == "" {
+			out = append(out, line)
+			continue
+		}
+		ip, _, _ := net.SplitHostPort(f.target)
+		if p := l.podAt(ip, f.sent); p != nil {
+			line += fmt.Sprintf("; pod %s, created at %s, Ready since %s, %d restarts", p.name, rel(p.created), rel(p.ready), p.restarts)
+			if p.seen.IsZero() {
+				line += ", not seen deleting"
+			} else {
+				line += fmt.Sprintf(", its deletion asked at %s (whole seconds), seen at %s", rel(p.asked), rel(p.seen))
+			}
+		} else {
+			line += "; no pod seen at its IP"
+		}
+		var spans []string
+		for _, s := range l.listings[f.target] {
+			to := "on"
+			if !s.to.IsZero() {
+				to = rel(s.to)
+			}
+			spans = append(spans, rel(s.from)+" to "+to)
+		}
+		line += "; listed ready " + or(strings.Join(spans, ", "))
+		out = append(out, line)
 	}
-	return " (its pod not seen deleting)"
+	return out
+}
+
+// failedPods are the pods the kept failures went to, as far as the
+// suite saw them.
+func (l *load) failedPods() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var names []string
+	for _, f := range l.examples {
+		ip, _, _ := net.SplitHostPort(f.target)
+		if p := l.podAt(ip, f.sent); p != nil && !slices.Contains(names, p.name) {
+			names = append(names, p.name)
+		}
+	}
+	return names
+}
+
+// dropLag is how long the client listed a deleted pod ready after its
+// deletion was asked for: the median and the longest, over the pods
+// deleted while it watched. A longer lag than the app's preStop sends
+// requests to an app that has closed its port.
+func (l *load) dropLag() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lags []time.Duration
+	for ip, lives := range l.pods {
+		ep := net.JoinHostPort(ip, fmt.Sprint(l.port))
+		for _, p := range lives {
+			if p.asked.IsZero() {
+				continue
+			}
+			for _, s := range l.listings[ep] {
+				// The span the deletion came in (whole seconds: a span
+				// that ended in the second before counts too).
+				if !s.to.IsZero() && s.to.After(p.asked.Add(-time.Second)) && s.from.Before(p.asked.Add(time.Second)) {
+					lags = append(lags, s.to.Sub(p.asked))
+					break
+				}
+			}
+		}
+	}
+	if len(lags) == 0 {
+		return "no deleted pod's endpoint seen leaving"
+	}
+	slices.Sort(lags)
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+	return fmt.Sprintf("a deleted pod's endpoint left the client's ready list %s after its deletion was asked for (median; longest %s, %d pods; whole seconds)",
+		r(lags[len(lags)/2]), r(lags[len(lags)-1]), len(lags))
 }
 
 func failureKind(err error) string {
@@ -432,13 +641,15 @@ func failureKind(err error) string {
 	}
 }
 
-func (l *load) fail(kind, example string) {
+// fail counts a failed request of a kind; what it got is kept for the
+// first ten that say.
+func (l *load) fail(kind string, sent time.Time, target, what string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sent++
 	l.failures[kind]++
-	if example != "" && len(l.examples) < 10 {
-		l.examples = append(l.examples, fmt.Sprintf("at %s: %s", time.Since(l.start).Round(time.Millisecond), example))
+	if what != "" && len(l.examples) < 10 {
+		l.examples = append(l.examples, failure{sent: sent, at: time.Now(), target: target, what: what})
 	}
 }
 

@@ -483,7 +483,7 @@ func TestClusterRollout(t *testing.T) {
 				return nil
 			}); err != nil {
 				stopLoad()
-				t.Fatalf("the load gets no answers: %v", l.examples)
+				t.Fatalf("the load gets no answers: %v", l.failureLines())
 			}
 			proxy := "envoy"
 			if baseline {
@@ -526,11 +526,20 @@ func TestClusterRollout(t *testing.T) {
 			failed, kinds := l.failed()
 			keep, dials := l.keepSent.Load(), l.keepDials.Load()
 			wasted, wastedLast := l.wastedDials()
-			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request), %d of them to a pod already deleting (the last %s after its deletion was seen); %s",
+			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request), %d of them to a pod already deleting (the last %s after its deletion was seen); %s; %s",
 				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond), keep, dials, float64(dials)/float64(max(keep, 1)),
-				wasted, wastedLast.Round(time.Millisecond), exits.summary())
-			for _, e := range l.examples {
+				wasted, wastedLast.Round(time.Millisecond), exits.summary(), l.dropLag())
+			if failed > 0 {
+				t.Logf("  the load started at %s; times below are since then", l.start.Format("15:04:05.000"))
+			}
+			for _, e := range l.failureLines() {
 				t.Logf("  failed: %s", e)
+			}
+			for _, pod := range l.failedPods() {
+				for _, e := range c.events(t, "Pod", pod) {
+					t.Logf("  event: %s %s %s ×%d from %s to %s: %s", pod, e.Reason, e.InvolvedObject.FieldPath, e.Count,
+						e.FirstTimestamp.Format(time.TimeOnly), e.LastTimestamp.Format(time.TimeOnly), e.Message)
+				}
 			}
 			// A moment without a ready endpoint is explained before it
 			// counts: what the slices listed then, the node's load, and
