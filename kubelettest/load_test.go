@@ -46,7 +46,8 @@ type load struct {
 	slices   map[string]*discoveryv1.EndpointSlice
 	sent, ok int
 	failures map[string]int
-	examples []failure
+	examples []failure // the first ten that say what they got
+	targeted []failure // every one sent to an endpoint, without what
 	// noneReady are the moments the slices listed no ready endpoint, each
 	// with the endpoints they listed and the node's load then: what
 	// explains it (a probe's failure, and why).
@@ -648,9 +649,34 @@ func (l *load) fail(kind string, sent time.Time, target, what string) {
 	defer l.mu.Unlock()
 	l.sent++
 	l.failures[kind]++
-	if what != "" && len(l.examples) < 10 {
-		l.examples = append(l.examples, failure{sent: sent, at: time.Now(), target: target, what: what})
+	f := failure{sent: sent, at: time.Now(), target: target}
+	if target != "" {
+		l.targeted = append(l.targeted, f)
 	}
+	if what != "" && len(l.examples) < 10 {
+		f.what = what
+		l.examples = append(l.examples, f)
+	}
+}
+
+// pastPreStop counts the failures sent to a pod whose deletion had been asked
+// for more than preStop before (and one second: a deletionTimestamp has
+// whole seconds), which the client still listed ready: the app's preStop
+// had ended, so it had stopped serving, by design and with any proxy. Such
+// a failure is the client's lag behind the EndpointSlices, which a
+// kube-proxy or a mesh has too, not the pod's; they are what is left when
+// that lag outlasts the app's preStop on a starved node.
+func (l *load) pastPreStop(preStop time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, f := range l.targeted {
+		ip, _, _ := net.SplitHostPort(f.target)
+		if p := l.podAt(ip, f.sent); p != nil && !p.asked.IsZero() && f.sent.Sub(p.asked) >= preStop+time.Second {
+			n++
+		}
+	}
+	return n
 }
 
 // counts are the requests sent, those that succeeded and the failures by

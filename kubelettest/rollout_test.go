@@ -364,6 +364,12 @@ func (e *podExits) summary() string {
 // with or without a --drain-delay; the baselines' losses are reported
 // beside them: pilot-agent's default drain, pilot-agent with
 // EXIT_ON_ZERO_ACTIVE_CONNECTIONS, and Istio's own native sidecar.
+//
+// A failure is held to what the suite saw of its pod: a request sent to a
+// pod whose deletion had been asked for longer ago than the app's preStop,
+// which the client's slices still listed ready, met an app that had
+// stopped by design, and is counted apart as the client's lag (a
+// kube-proxy or a mesh lags too); every other failure fails the test.
 func TestClusterRollout(t *testing.T) {
 	t.Parallel()
 	needCluster(t)
@@ -526,8 +532,12 @@ func TestClusterRollout(t *testing.T) {
 			failed, kinds := l.failed()
 			keep, dials := l.keepSent.Load(), l.keepDials.Load()
 			wasted, wastedLast := l.wastedDials()
-			note(t, "%d requests, %d failed (%s), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request), %d of them to a pod already deleting (the last %s after its deletion was seen); %s; %s",
-				sent, failed, or(kinds), ok, took.Round(100*time.Millisecond), keep, dials, float64(dials)/float64(max(keep, 1)),
+			// A request the client sent to a pod whose app had ended its
+			// preStop is lost whatever the proxy does; it is counted
+			// apart, with the evidence below.
+			lagged := l.pastPreStop(tc.preStop)
+			note(t, "%d requests, %d failed (%s; %d past the app's preStop), %d ok, two rolls of 3 pods in %s; kept-alive half: %d requests on %d new connections (%.3f per request), %d of them to a pod already deleting (the last %s after its deletion was seen); %s; %s",
+				sent, failed, or(kinds), lagged, ok, took.Round(100*time.Millisecond), keep, dials, float64(dials)/float64(max(keep, 1)),
 				wasted, wastedLast.Round(time.Millisecond), exits.summary(), l.dropLag())
 			if failed > 0 {
 				t.Logf("  the load started at %s; times below are since then", l.start.Format("15:04:05.000"))
@@ -552,8 +562,11 @@ func TestClusterRollout(t *testing.T) {
 					t.Logf("  probe: %s", e)
 				}
 			}
-			if !baseline && failed > 0 {
-				t.Fatalf("%d of %d requests failed during the rollout", failed, sent)
+			if lagged > 0 {
+				t.Logf("  %d of the failures went to pods whose deletion was asked for more than the app's preStop (%s) before: the client's endpoints lagged", lagged, tc.preStop)
+			}
+			if !baseline && failed-lagged > 0 {
+				t.Fatalf("%d of %d requests failed during the rollout (%d of them the client's lag)", failed, sent, lagged)
 			}
 		})
 	}
