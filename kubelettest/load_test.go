@@ -98,11 +98,9 @@ type podLife struct {
 type failure struct {
 	sent, at time.Time
 	target   string // IP:PORT
-	what     string
-	// state is the pod found at the target's IP as the failure came, with
-	// its containers' last log lines: for the first few failures a
-	// proxy answered.
-	state string
+	// what is what it got; for the first 5xx, also the pods at the
+	// target's IP as it failed (stateAt).
+	what string
 }
 
 // unreadyMoment is a stretch of ticks that found no ready endpoint.
@@ -378,7 +376,8 @@ func (l *load) podSeen(p *corev1.Pod) {
 func (l *load) podAt(ip string, t time.Time) *podLife {
 	lives := l.pods[ip]
 	for i := len(lives) - 1; i >= 0; i-- {
-		// Whole seconds: a pod created in t's second may be it.
+		// Creation times are cut to the second, so the pod made by t has
+		// one at or before it; the first pod answers for earlier times.
 		if !lives[i].created.After(t) || i == 0 {
 			return lives[i]
 		}
