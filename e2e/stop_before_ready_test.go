@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,9 +34,16 @@ func TestNoFirstReadinessAfterTheStopIsDecided(t *testing.T) {
 		"--stay-initializing", "--hang-on-term", "--control", ctl)
 	sup.WaitLog("proxy started", soon)
 	// The fake's control socket is its own, made as it starts: the test
-	// turns it LIVE through it below.
-	if !proctest.Until(soon, func() bool { _, err := os.Stat(ctl); return err == nil }) {
-		t.Fatalf("the fake Envoy made no control socket %s", ctl)
+	// turns it LIVE through it below. Its file appears at bind, before
+	// the listen, so the wait is for a connection it takes.
+	if !proctest.Until(soon, func() bool {
+		c, err := net.Dial("unix", ctl)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatalf("the fake Envoy's control socket %s takes no connection", ctl)
 	}
 
 	ran := filepath.Join(p.dir, "ran")
