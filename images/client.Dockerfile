@@ -22,7 +22,7 @@ RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -E=proxy_supervisor_entry -X main.version=${VERSION}" \
     -o /out/proxy-supervisor ./cmd/proxy-supervisor
 
 FROM ${BINARY} AS binary

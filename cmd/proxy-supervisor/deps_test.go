@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
 )
 
 // The binary is resident in every pod that runs it, and paged in at the
@@ -47,7 +49,7 @@ func buildSupervisor(t *testing.T, ldflags string) string {
 		t.Skip("no go toolchain on PATH")
 	}
 	bin := filepath.Join(t.TempDir(), "proxy-supervisor")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", ldflags, "-o", bin, ".")
+	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags", strings.TrimSpace(earlysig.Entry+" "+ldflags), "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -85,6 +87,36 @@ func TestBinaryLinksNoResolver(t *testing.T) {
 		if strings.HasPrefix(s.Name, "net.(*Resolver).") || strings.HasPrefix(s.Name, "vendor/golang.org/x/net/dns/dnsmessage.(*") {
 			t.Fatalf("the binary links %s; find the resolving dial or listen with: go build -ldflags=-dumpdep ./cmd/proxy-supervisor 2>&1 | grep -E -- '-> net\\.(Dial|DialTimeout|Listen|ListenPacket|\\(\\*Dialer\\)\\.(Dial|DialContext)|\\(\\*ListenConfig\\)\\.Listen)$'", s.Name)
 		}
+	}
+}
+
+// The binary starts at the signal guard (earlysig/entry.go), as the
+// Makefile and images/ build it, on each architecture it ships for: the
+// ELF entry is the guard's symbol, not the runtime's _rt0.
+func TestBinaryEntersAtTheGuard(t *testing.T) {
+	for _, arch := range []string{"amd64", "arm64"} {
+		t.Run(arch, func(t *testing.T) {
+			t.Setenv("GOARCH", arch)
+			t.Setenv("GOOS", "linux")
+			f, err := elf.Open(buildSupervisor(t, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			syms, err := f.Symbols()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range syms {
+				if s.Name == "proxy_supervisor_entry" {
+					if s.Value != f.Entry {
+						t.Fatalf("the ELF entry is %#x, the guard is at %#x", f.Entry, s.Value)
+					}
+					return
+				}
+			}
+			t.Fatal("the binary has no proxy_supervisor_entry symbol")
+		})
 	}
 }
 

@@ -133,7 +133,7 @@ func build(pkgs []string) error {
 		// one binary beside another.
 		out := filepath.Join(builds.dir, path.Base(pkg))
 		dir, rel := packageModule(root, pkg)
-		if err := goBuild(dir, out, Race, append(flags, rel)...); err != nil {
+		if err := goBuild(dir, out, Race, append(append(flags, linkFlags(pkg)...), rel)...); err != nil {
 			return err
 		}
 		builds.bins[pkg] = out
@@ -151,7 +151,21 @@ func Static(pkg, out string) error {
 	}
 	touchSources(root)
 	dir, rel := packageModule(root, pkg)
-	return goBuild(dir, out, false, rel)
+	return goBuild(dir, out, false, append(linkFlags(pkg), rel)...)
+}
+
+// supervisorEntry is the linker flag every build of the supervisor passes,
+// as the Makefile and images/ do: the binary starts at the signal guard
+// (cmd/proxy-supervisor/internal/earlysig's Entry, which this repeats
+// because that package is internal to the command).
+const supervisorEntry = "-ldflags=-E=proxy_supervisor_entry"
+
+// linkFlags are the go build flags that pkg's shipped binary is built with.
+func linkFlags(pkg string) []string {
+	if pkg == Supervisor {
+		return []string{supervisorEntry}
+	}
+	return nil
 }
 
 // packageModule is the directory of the module that holds the package at

@@ -10,6 +10,9 @@
 // among those ready first the one whose import path sorts first: this one
 // imports nothing of the project and sorts before every other package of
 // it (cmd/ before internal/), so its init runs once os/signal's has.
+// What comes earlier still, while the runtime starts, the guard at the
+// binary's entry keeps or answers (entry.go), and init hands on what it
+// kept.
 //
 // The other commands answer no signal and keep Go's default actions, as
 // before: for them nothing is subscribed (the command is os.Args[1], set
@@ -41,8 +44,25 @@ var Signals = []os.Signal{
 var held = make(chan os.Signal, 2*len(Signals))
 
 func init() {
-	if len(os.Args) > 1 && slices.Contains(Commands, os.Args[1]) {
+	hold := len(os.Args) > 1 && slices.Contains(Commands, os.Args[1])
+	if hold {
 		signal.Notify(held, Signals...)
+	}
+	// What came before the runtime's handlers (entry.go), in the order of
+	// the signals' numbers: the guard keeps which, not when.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		if early&(1<<sig) == 0 {
+			continue
+		}
+		if hold {
+			held <- sig
+			continue
+		}
+		// A command that answers no signal gets the default action:
+		// the runtime's, by the signal (or, in PID 1, the guard's exit
+		// 128+signal).
+		syscall.Kill(os.Getpid(), sig)
+		os.Exit(128 + int(sig))
 	}
 }
 
