@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 )
 
 // Per-container restart rules (KEP-5307): a Job pod under restartPolicy
@@ -92,5 +97,110 @@ func TestRestartAllContainersStartsANewRun(t *testing.T) {
 	}
 	if code := sup3.Exit(soon); code != 5 {
 		t.Fatalf("supervisor exit %d, want the second run's 5", code)
+	}
+}
+
+// The next run of a pod restarted in place may report before its proxy
+// container has started: an app that the kubelet starts before the proxy
+// (listed first, as Istio's injection without holdApplicationUntilProxyStarts
+// lists it) and that reports with `complete`, without waiting for the proxy
+// (issue 38, item 3). Its completion is the new run's and must count, as
+// must a POST alone that says what the first run's record still on disk
+// said, while what the first run left counts for nothing and is not logged
+// as a completion of this run (item 9); a restart of the proxy container
+// alone keeps the new run's completions. The in-place restart is the
+// kubelet's: every container stopped, then the pod started again from its
+// init container, each container PID 1 of a PID namespace of its own.
+func TestRestartAllContainersCountsTheNextRunsEarlyCompletion(t *testing.T) {
+	t.Parallel()
+	p := newPod(t)
+	flags := []string{"--peers", "job,uploader,notifier", "--peer-restart", "job=Never,RestartAllContainers:In(42)"}
+	binDir := filepath.Join(filepath.Dir(p.dir), "bin")
+	initContainer := func() {
+		t.Helper()
+		c := p.start("install", true, nil, bin.supervisor, "install", binDir)
+		if code := c.Exit(soon); code != 0 {
+			t.Fatalf("install exit %d:\n%s", code, c.Out.String())
+		}
+	}
+
+	// The first run: uploader and notifier succeed, then job's 42 restarts
+	// the pod.
+	initContainer()
+	sup := p.supervise(flags)
+	for _, name := range []string{"uploader", "notifier"} {
+		if code := p.app(name, nil, "exit 0").Exit(soon); code != 0 {
+			t.Fatalf("%s exit %d", name, code)
+		}
+	}
+	if code := p.app("job", nil, "exit 42").Exit(soon); code != 42 {
+		t.Fatalf("job exit %d, want 42", code)
+	}
+	sup.WaitLog("restarts every container of the pod", soon)
+	// The kubelet kills every container still running (the proxy's), then
+	// removes them all.
+	sup.Signal(syscall.SIGTERM)
+	if code := sup.Exit(soon); code != 0 {
+		t.Fatalf("first supervisor exit %d on the kubelet's SIGTERM, want 0", code)
+	}
+
+	// The second run: the init container again, then uploader, which
+	// reports its success before the proxy container has started, then the
+	// proxy. job's 42 and notifier's 0 are still on disk.
+	initContainer()
+	uploader := p.start("app uploader", true, nil, "/bin/sh", "-c",
+		fmt.Sprintf("echo second run; exec %s complete --control-dir %s --name uploader --exit-code 0", bin.supervisor, p.dir))
+	if code := uploader.Exit(soon); code != 0 {
+		t.Fatalf("second uploader's complete exit %d", code)
+	}
+	sup2 := p.supervise(flags, "--init-delay", "300ms")
+	p.waitHTTP(readyURL, 200, soon)
+	st := status(t, p.dir)
+	if st.Awaiting != 2 {
+		t.Fatalf("awaiting %d after the second run's uploader reported 0, want 2 (job, notifier): the new run's completion was taken for the old run's, or an old one for the new run's\n%s", st.Awaiting, sup2.Out.String())
+	}
+	if u := st.Peers["uploader"]; u.ExitCode == nil || *u.ExitCode != 0 {
+		t.Fatalf("status shows uploader %+v, want the second run's 0", u)
+	}
+	for _, name := range []string{"job", "notifier"} {
+		if _, ok := st.Peers[name]; ok {
+			t.Fatalf("status shows the first run's %s as this run's", name)
+		}
+	}
+	// What the first run left is said to count for nothing, not logged as
+	// a completion of this run.
+	sup2.WaitLog("the earlier run's records no longer count", soon)
+	out := sup2.Out.String()
+	for _, stale := range []string{`msg="peer completed" peer=job`, `msg="peer completed" peer=notifier`, "keeping the proxy until SIGTERM"} {
+		if strings.Contains(out, stale) {
+			t.Fatalf("the second supervisor logs the first run's completion as this run's (%q):\n%s", stale, out)
+		}
+	}
+	p.undecided(sup2, "the second run's uploader alone")
+
+	// The proxy container restarts alone: uploader's second-run 0 counts.
+	sup2.Kill()
+	sup3 := p.supervise(flags)
+	p.waitHTTP(readyURL, 200, soon)
+	if st := status(t, p.dir); st.Awaiting != 2 {
+		t.Fatalf("awaiting %d after a lone restart of the proxy, want 2: the second run's completion was lost", st.Awaiting)
+	}
+	p.undecided(sup3, "a lone restart of the proxy")
+
+	// notifier's second run reports by POST alone the 0 that its first
+	// run's record, still on disk, holds.
+	ctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
+	if err := control.NewClient(p.dir).Complete(ctx, control.Completion{Peer: "notifier", Code: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if st := status(t, p.dir); st.Awaiting != 1 {
+		t.Fatalf("awaiting %d after notifier's POST of 0, want 1 (job): the POST was taken for the first run's record", st.Awaiting)
+	}
+	if code := p.app("job", nil, "exit 0").Exit(soon); code != 0 {
+		t.Fatalf("second job exit %d", code)
+	}
+	if code := sup3.Exit(soon); code != 0 {
+		t.Fatalf("supervisor exit %d, want the second run's 0", code)
 	}
 }

@@ -22,7 +22,9 @@ import (
 func Complete(p Peer, code int, timeout time.Duration, stderr io.Writer) int {
 	deadline := time.Now().Add(timeout)
 	rep := newReporter("complete", p, stderr)
-	rec := peers.Record{Name: p.Name, ExitCode: code, Reason: peers.Exited, Time: time.Now()}
+	// Started marks the record as this run's of the pod, even written
+	// before any supervisor of the run has started (peers.EarlierRun).
+	rec := peers.Record{Name: p.Name, ExitCode: code, Reason: peers.Exited, Time: time.Now(), Started: peers.ContainerStarted()}
 	err := writeWhenReady(rep, rec, deadline, stderr)
 	switch {
 	case err == nil:
@@ -115,6 +117,7 @@ func (r reporter) finish(run *peers.Run, end peers.Record, wait time.Duration, s
 	if run != nil {
 		err = run.Finish(end.ExitCode, end.Reason, end.Stop) // releases the lock only once the record is in place
 	} else {
+		end.Started = peers.ContainerStarted()
 		err = r.write(end)
 	}
 	if err == nil {

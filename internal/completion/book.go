@@ -254,33 +254,51 @@ func (b *Book) policy() peers.Policy {
 // peers/, means that this supervisor runs in a later run of the pod: the
 // kubelet kills and removes every container before it starts the pod again
 // from its init containers, so the run that wrote the record has ended, and
-// with it every final record now on disk, the records of the peers it
-// killed included. They all count as none from now on. The kept copy is
-// what counts when the app's next run has already marked its record
-// running again (a classic sidecar's app may start before the supervisor
-// has read anything). The copies of the superseded records make that
+// with it the final records of its containers now on disk, the records of
+// the peers it killed included. They all count as none from now on. The
+// records of this run's containers that reported before this supervisor
+// started (an app started before the proxy container, which reports with
+// complete) are told apart by their container's start, later than the
+// trigger (peers.EarlierRun), and count. The kept copy is what counts
+// when the app's next run has already replaced the trigger (a classic
+// sidecar's app may start before the supervisor has read anything, and
+// mark its record running or report its end), and its time, the ended
+// run's, is the one the records are held against: a trigger in peers/
+// may be this run's own. The copies of the superseded records make that
 // survive a restart of the proxy container alone; and once superseded, the
 // trigger is no longer one and its kept copy is gone, so that a later lone
 // restart supersedes nothing of the new run. The caller holds mu.
 func (b *Book) supersede(recs map[string]peers.Record) {
 	trigger, ok := b.policy().Restarts(recs)
+	at := recs[trigger].Time
 	var kept map[string]peers.Record
 	if b.oldKept {
 		var errs []error
 		kept, errs = b.trigger.Load([]uint32{uint32(os.Geteuid())})
 		warnOwn(b.cfg.Log, errs)
 	}
-	for name := range kept {
-		trigger, ok = name, true
+	if len(kept) > 0 {
+		// The ended run's trigger: one in peers/ may be this run's own.
+		trigger, at, ok = "", time.Time{}, true
+		for _, name := range slices.Sorted(maps.Keys(kept)) {
+			if r := kept[name]; trigger == "" || r.Time.After(at) {
+				trigger, at = name, r.Time
+			}
+		}
 	}
 	if !ok {
 		return
 	}
-	var names []string
+	var names, current []string
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		r := recs[name]
-		if !r.Final() {
-			continue // a live exec of the new run, holding its lock
+		if !peers.EarlierRun(r, at) {
+			// A live exec of the new run, holding its lock, or a record
+			// of a container of the new run.
+			if r.Final() {
+				current = append(current, name)
+			}
+			continue
 		}
 		r.Name = name
 		b.outdated[name] = r.Time
@@ -298,7 +316,7 @@ func (b *Book) supersede(recs map[string]peers.Record) {
 		}
 	}
 	b.cfg.Log.Info("the pod was restarted in place (RestartAllContainers); the earlier run's records no longer count",
-		"trigger", trigger, "superseded", names)
+		"trigger", trigger, "superseded", names, "this_run", current)
 }
 
 // warnOwn logs what a read of a directory of the supervisor's own skipped,
@@ -392,7 +410,9 @@ func (b *Book) Report(report peers.Record, caller int64) (peers.Verdict, error) 
 			return peers.Verdict{}, &NotOwnerError{Peer: r.Name, Owner: owner, Caller: uint32(caller)}
 		}
 	}
-	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason || !d.Stop.Equal(r.Stop) {
+	// A record of the pod's earlier run says nothing of this one, even
+	// when it says the same.
+	if !ok || !d.Final() || d.ExitCode != r.ExitCode || d.Reason != r.Reason || !d.Stop.Equal(r.Stop) || b.policy().OfEarlierRun(r.Name, d) {
 		b.keep(r)
 		if caller >= 0 && !ok {
 			b.reporters[r.Name] = uint32(caller)
@@ -452,6 +472,7 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 	if v.PodRestart != "" {
 		b.keepTrigger(recs, v.PodRestart)
 	}
+	policy := b.policy()
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
 		r := recs[name]
 		r.Name = name
@@ -460,6 +481,13 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 		}
 		if r.Running {
 			b.cfg.Log.Info("peer running", "peer", name, "seen_at", why)
+			continue
+		}
+		if policy.OfEarlierRun(name, r) {
+			// Not a completion of this run: it decides nothing, and what
+			// its code would make the kubelet do was done.
+			b.cfg.Log.Info("peer's record is the pod's earlier run's (before RestartAllContainers); it decides nothing in this run",
+				"peer", name, "exit_code", r.ExitCode, "reason", r.Reason, "seen_at", why)
 			continue
 		}
 		b.cfg.Log.Info("peer completed", "peer", name, "exit_code", r.ExitCode, "reason", r.Reason, "seen_at", why)
@@ -715,8 +743,9 @@ func (b *Book) Peers() (map[string]Peer, peers.Verdict) {
 	b.mu.Lock()
 	defer b.unlock()
 	out := make(map[string]Peer, len(b.recs))
+	policy := b.policy()
 	for name, r := range b.recs {
-		if t, ok := b.outdated[name]; ok && r.Final() && !r.Time.After(t) {
+		if policy.OfEarlierRun(name, r) {
 			continue // an earlier run's of the pod: it says nothing of this one
 		}
 		p := Peer{Running: r.Running, Time: r.Time}

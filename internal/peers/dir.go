@@ -588,7 +588,7 @@ func (d Dir) read(name string, allowed []uint32) (r Record, stable bool, err err
 	// The loss is dated from the run's start: when the peer died is unknown,
 	// and a date that moved with every read would make each rescan look
 	// like a new loss, and sort it after completions that came later.
-	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: r.Time, UID: st.Uid}, true, nil
+	return Record{Name: name, ExitCode: LostCode, Reason: Lost, Time: r.Time, Started: r.Started, UID: st.Uid}, true, nil
 }
 
 // names reports whether name still names the inode st describes.

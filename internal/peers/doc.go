@@ -17,6 +17,11 @@
 // record is not fsynced (see put for why neither order costs a promise).
 // Temp files are dotfiles, and Load ignores dotfiles.
 //
+// A client's record also says when its container started (Started, from
+// ContainerStarted). After a RestartAllContainers that tells the records
+// of the pod's next run, some written before any supervisor of that run
+// started, from those the run before left (EarlierRun).
+//
 // The supervisor creates the directory with mode 01777. Any uid may add a
 // record, but the sticky bit lets only a file's owner rename over it or
 // remove it, so one peer cannot replace another's report. Load also checks

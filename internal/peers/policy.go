@@ -96,8 +96,9 @@ func (p Policy) outcome(name string, r Record) outcome {
 	return ended
 }
 
-// superseded reports whether r is an earlier run's of the pod.
-func (p Policy) superseded(name string, r Record) bool {
+// OfEarlierRun reports whether name's record r is an earlier run's of the
+// pod (Superseded dates it), which counts as no record.
+func (p Policy) OfEarlierRun(name string, r Record) bool {
 	t, ok := p.Superseded[name]
 	return ok && r.Final() && !r.Time.After(t)
 }
@@ -106,7 +107,7 @@ func (p Policy) superseded(name string, r Record) bool {
 // restart the whole pod (a RestartAllContainers rule matched), and whose.
 func (p Policy) Restarts(recs map[string]Record) (string, bool) {
 	for _, name := range slices.Sorted(maps.Keys(recs)) {
-		if r := recs[name]; !p.superseded(name, r) && p.outcome(name, r) == restarts {
+		if r := recs[name]; !p.OfEarlierRun(name, r) && p.outcome(name, r) == restarts {
 			return name, true
 		}
 	}
@@ -228,7 +229,7 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 		r := recs[name]
 		r.Name = name
 		switch {
-		case p.superseded(name, r):
+		case p.OfEarlierRun(name, r):
 			if len(p.Names) == 0 {
 				continue // with Count, a peer with no record has no name
 			}

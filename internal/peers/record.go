@@ -48,8 +48,13 @@ type Record struct {
 	// Stop is set by exec when the run ended after a stop signal that
 	// came to exec from outside (the kubelet stopping the app container),
 	// which exec forwarded to COMMAND. A final record only.
-	Stop Stop   `json:"stop,omitzero"`
-	UID  uint32 `json:"-"` // owner of the file, filled in by Load
+	Stop Stop `json:"stop,omitzero"`
+	// Started is when the container of the client that wrote the record
+	// started (ContainerStarted), zero when it could not tell: what tells
+	// a pod's next run after a RestartAllContainers from the run before
+	// (EarlierRun). A supervisor's own copies keep the writer's.
+	Started time.Time `json:"started,omitzero"`
+	UID     uint32    `json:"-"` // owner of the file, filled in by Load
 }
 
 // Stop is the evidence that a peer was asked to stop from outside: the
@@ -208,6 +213,7 @@ func decode(b []byte) (Record, error) {
 		Reason   Reason    `json:"reason"`
 		Time     time.Time `json:"time"`
 		Stop     Stop      `json:"stop"`
+		Started  time.Time `json:"started"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Record{}, fmt.Errorf("not a record: %w", err)
@@ -218,7 +224,7 @@ func decode(b []byte) (Record, error) {
 	if w.ExitCode == nil && !w.Running {
 		return Record{}, fmt.Errorf("record %s: final, but no exit_code", quote(*w.Name))
 	}
-	r := Record{Name: *w.Name, Running: w.Running, Reason: w.Reason, Time: w.Time, Stop: w.Stop}
+	r := Record{Name: *w.Name, Running: w.Running, Reason: w.Reason, Time: w.Time, Stop: w.Stop, Started: w.Started}
 	if w.ExitCode != nil {
 		r.ExitCode = *w.ExitCode
 	}

@@ -145,6 +145,8 @@ func TestEncodeDecode(t *testing.T) {
 		{Name: "job.x", ExitCode: 137, Reason: Signaled},
 		{Name: "up-1", ExitCode: 69, Reason: NotReady},
 		{Name: "app", ExitCode: 143, Reason: Signaled, Stop: Stop{"SIGTERM", time.Date(2025, 6, 7, 8, 9, 9, 0, time.UTC)}},
+		{Name: "app", Running: true, Started: time.Date(2025, 6, 7, 8, 9, 1, 0, time.UTC)},
+		{Name: "app", ExitCode: 0, Reason: Exited, Started: time.Date(2025, 6, 7, 8, 9, 1, 0, time.UTC)},
 	} {
 		r.Time = time.Date(2025, 6, 7, 8, 9, 10, 11, time.UTC)
 		b, err := encode(r)
@@ -153,6 +155,9 @@ func TestEncodeDecode(t *testing.T) {
 		}
 		if r.Stop.IsZero() && strings.Contains(string(b), "stop") {
 			t.Errorf("%+v encodes an empty stop: %s", r, b)
+		}
+		if r.Started.IsZero() && strings.Contains(string(b), "started") {
+			t.Errorf("%+v encodes an empty start: %s", r, b)
 		}
 		got, err := decode(b)
 		if err != nil || got != r {

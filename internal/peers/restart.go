@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A peer's own restart policy and rules (Kubernetes' per-container
@@ -72,6 +73,29 @@ func (pr PeerRestart) Then(code int, succeeded bool) Action {
 		return RestartAlone
 	}
 	return ""
+}
+
+// EarlierRun reports whether r, a record found when the supervisor of a
+// pod's next run after a RestartAllContainers starts, is the earlier run's:
+// of the run that the record dated trigger (its Time), whose exit made the
+// kubelet restart the pod, ended. The kubelet removes every container of
+// the pod before it starts any again, so a client whose container started
+// after the trigger was written (Record.Started) is of the next run, and
+// its record counts, though it came before any supervisor of that run
+// started: an app that the kubelet starts before the proxy and that
+// reports with complete. Every other final record is the earlier run's: of
+// a container that ran when the trigger came (the kill that restarts the
+// pod writes some: exec's signaled 143), or of a client that could not
+// tell its container's start (Started zero). A running record never is:
+// while its exec lives it holds its lock, and a released one reads as
+// lost, a final record that keeps its run's Started.
+//
+// What it cannot tell: a container that the kubelet restarted alone in the
+// second between the trigger and its restart of the pod (its exit came
+// first) is taken for the next run's, and so is what it writes before the
+// kubelet's kill, or at it.
+func EarlierRun(r Record, trigger time.Time) bool {
+	return r.Final() && !r.Started.After(trigger)
 }
 
 // ParsePeerRestart parses --peer-restart: entries separated by ';', each

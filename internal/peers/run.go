@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,6 +22,9 @@ type Run struct {
 	f     *os.File    // nil once the run has ended
 	claim *os.File    // the name's claim, released last; nil when unclaimed
 	taken *TakenError // why the claim was not taken, if it was not
+	// started is the container's start (ContainerStarted), in the running
+	// record and the final one alike.
+	started time.Time
 }
 
 // Begin claims <name>, marks it running and holds an exclusive flock on
@@ -34,6 +38,8 @@ type Run struct {
 // without the claim, and Unclaimed says why. A record of the name that
 // another uid owns is in the way of the running record; Begin then fails
 // with a *TakenError, and exec goes on without a record.
+//
+// Both records carry the container's start (Record.Started).
 func (d Dir) Begin(name string) (*Run, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -46,14 +52,15 @@ func (d Dir) Begin(name string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", name, err)
 	}
-	f, err := d.put(Record{Name: name, Running: true}, true)
+	started := ContainerStarted()
+	f, err := d.put(Record{Name: name, Running: true, Started: started}, true)
 	if err != nil {
 		if claim != nil {
 			claim.Close()
 		}
 		return nil, fmt.Errorf("record %s: %w", name, err)
 	}
-	return &Run{dir: d, name: name, f: f, claim: claim, taken: taken}, nil
+	return &Run{dir: d, name: name, f: f, claim: claim, taken: taken, started: started}, nil
 }
 
 var errHeld = errors.New("another exec holds it; each container needs its own name")
@@ -179,7 +186,7 @@ func (r *Run) Finish(code int, reason Reason, stop Stop) error {
 	if r.f == nil {
 		return fmt.Errorf("record %s: run already ended", r.name)
 	}
-	rec := Record{Name: r.name, ExitCode: code, Reason: reason, Stop: stop}.normal()
+	rec := Record{Name: r.name, ExitCode: code, Reason: reason, Stop: stop, Started: r.started}.normal()
 	if err := rec.Validate(); err != nil {
 		return err
 	}

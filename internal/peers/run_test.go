@@ -140,14 +140,19 @@ func TestBeginFinish(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := load(t, d, "app"); !r.Running || r.Final() {
-			t.Errorf("after Begin: %+v, want running", r)
+		running := load(t, d, "app")
+		if !running.Running || running.Final() {
+			t.Errorf("after Begin: %+v, want running", running)
 		}
 		if err := run.Finish(tt.code, tt.reason, Stop{}); err != nil {
 			t.Fatal(err)
 		}
 		got := load(t, d, "app")
-		got.Time, got.UID = time.Time{}, 0
+		// Both records say when this container started (the test's).
+		if got.Started.IsZero() || !got.Started.Equal(running.Started) || got.Started.After(got.Time) {
+			t.Errorf("Finish: started %v, the running record's %v, at %v: want the same, not zero, before", got.Started, running.Started, got.Time)
+		}
+		got.Time, got.UID, got.Started = time.Time{}, 0, time.Time{}
 		if got != tt.want {
 			t.Errorf("Finish(%d, %q): %+v, want %+v", tt.code, tt.reason, got, tt.want)
 		}
@@ -193,8 +198,8 @@ func TestAbortIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := load(t, d, "app")
-	if r.Reason != Lost || r.ExitCode != LostCode || !r.Failed() {
-		t.Errorf("after Abort: %+v, want lost/137", r)
+	if r.Reason != Lost || r.ExitCode != LostCode || !r.Failed() || r.Started.IsZero() {
+		t.Errorf("after Abort: %+v, want lost/137, with the run's container start", r)
 	}
 	// Load reports lost but leaves the file as it is.
 	b, err := os.ReadFile(filepath.Join(d.Path(), "app"))
