@@ -114,8 +114,8 @@ func TestReadinessFollowsEnvoy(t *testing.T) {
 	p.waitHTTP(readyURL, 503, soon) // up, and not ready before Envoy is LIVE
 	p.waitHTTP(readyURL, 200, soon)
 	fixture(t, ctl, "silent on")
-	body := p.waitHTTP(readyURL, 503, soon)
-	if !strings.Contains(body, "does not answer") {
+	body := p.waitHTTP(readyURL, 503, soon) // at the hold's end: no answer for 3 s
+	if !strings.Contains(body, "does not answer within 3s") {
 		t.Fatalf("503 without the reason: %q", body)
 	}
 	fixture(t, ctl, "silent off")

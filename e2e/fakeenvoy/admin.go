@@ -122,7 +122,7 @@ func (e *Envoy) helpText() string {
 // route is Envoy's admin dispatch: the path up to '?' must equal a handler's path
 // exactly; a mutating handler takes POST only.
 func (e *Envoy) route(w http.ResponseWriter, r *http.Request) {
-	if !e.waitAnswering(r.Context()) {
+	if !e.waitAnswering(r) {
 		// Never answered; drop the connection without writing anything.
 		panic(http.ErrAbortHandler)
 	}
@@ -233,28 +233,35 @@ func closeAdmin(srv *http.Server) {
 	}
 }
 
-// waitAnswering holds an admin request while the admin loop does not run,
+// waitAnswering holds an admin request while the admin loop does not run
+// or a Busy spell holds the main thread (a GET /ready starts the one armed),
 // and then for as long as SetSlow says the main thread is busy.
-func (e *Envoy) waitAnswering(ctx context.Context) bool {
+func (e *Envoy) waitAnswering(r *http.Request) bool {
 	e.mu.Lock()
+	if r.Method == http.MethodGet && requestPath(r) == "/ready" {
+		e.beginBusy()
+	}
+	if e.busy != nil {
+		e.busy.held++
+	}
 	ch, slow := e.answerCh, e.slow
 	e.mu.Unlock()
 	select {
 	case <-ch:
-	case <-ctx.Done():
+	case <-r.Context().Done():
 		return false
 	case <-e.stop:
 		return false
 	}
-	return e.sleep(ctx, slow)
+	return e.sleep(r.Context(), slow)
 }
 
-// updateAnswering opens the gate when the admin loop runs and no fixture silenced it;
-// a new gate closes it again.
+// updateAnswering opens the gate when the admin loop runs and no fixture silenced it
+// or keeps it busy; a new gate closes it again.
 func (e *Envoy) updateAnswering() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	want := e.loopUp && !e.silent && !e.shutting
+	want := e.loopUp && !e.silent && e.busy == nil && !e.shutting
 	select {
 	case <-e.answerCh:
 		if !want {

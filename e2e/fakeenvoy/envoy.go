@@ -135,6 +135,8 @@ type Envoy struct {
 	up        upstreams
 	answered  atomic.Int64 // responses sent whole, for OnAnswered
 
+	busyMu sync.Mutex // one Busy spell at a time
+
 	mu       sync.Mutex
 	phase    initPhase
 	hcFailed bool
@@ -142,6 +144,8 @@ type Envoy struct {
 	loopUp   bool          // the admin loop runs (SilentFor is over)
 	silent   bool          // SetSilent(true)
 	slow     time.Duration // SetSlow: each admin answer takes this long
+	busy     *busySpell    // the main thread is busy until this spell ends
+	busyNext *busySpell    // Busy: the spell the next GET /ready starts
 	answerCh chan struct{} // closed while the admin answers
 	drainAll bool          // a graceful drain of every listener is under way
 	drainIn  bool          // one of the inbound listeners is
@@ -355,6 +359,63 @@ func (e *Envoy) SetSlow(d time.Duration) {
 	e.mu.Lock()
 	e.slow = d
 	e.mu.Unlock()
+}
+
+// busySpell is one spell of a busy main thread: how long it lasts, how many
+// admin requests it held, and its end.
+type busySpell struct {
+	d    time.Duration
+	held int
+	done chan struct{}
+}
+
+// Busy makes the main thread busy for d from the arrival of the next GET
+// /ready, as one large xDS push or /stats dump that lands just then: that
+// request, and every admin request that arrives during the spell, waits for
+// its end (the admin handlers run on that thread, while the kernel still
+// accepts the connections), and is then answered as usual; the data
+// listeners, on the workers, serve throughout. It returns at the spell's
+// end, with how many admin requests the spell held (0 if the fake stopped
+// before it began). Spells do not overlap: a second waits for the first to end.
+func (e *Envoy) Busy(d time.Duration) (held int) {
+	e.busyMu.Lock()
+	defer e.busyMu.Unlock()
+	spell := &busySpell{d: d, done: make(chan struct{})}
+	e.mu.Lock()
+	e.busyNext = spell
+	e.mu.Unlock()
+	select {
+	case <-spell.done:
+	case <-e.stop:
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busyNext == spell {
+		e.busyNext = nil
+	}
+	return spell.held
+}
+
+// beginBusy starts the spell Busy armed, if any, at a GET /ready; the caller
+// holds mu.
+func (e *Envoy) beginBusy() {
+	spell := e.busyNext
+	if spell == nil || e.busy != nil {
+		return
+	}
+	e.busyNext, e.busy = nil, spell
+	select {
+	case <-e.answerCh: // the gate is open: close it
+		e.answerCh = make(chan struct{})
+	default:
+	}
+	time.AfterFunc(spell.d, func() {
+		e.mu.Lock()
+		e.busy = nil
+		e.mu.Unlock()
+		e.updateAnswering()
+		close(spell.done)
+	})
 }
 
 // Quit is closed when POST /quitquitquit arrives.

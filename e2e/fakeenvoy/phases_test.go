@@ -67,6 +67,37 @@ func TestSetSilent(t *testing.T) {
 	}
 }
 
+// A busy main thread, from the next GET /ready on, holds that request and
+// every admin request after it until its spell ends, and then answers them;
+// Busy returns at the end, saying how many it held.
+func TestBusy(t *testing.T) {
+	t.Parallel()
+	e := startLive(t, Options{})
+	const spell = 800 * time.Millisecond
+	held := make(chan int, 1)
+	armed := time.Now()
+	go func() { held <- e.Busy(spell) }()
+	// Until a /ready comes, nothing is busy; the spell begins with one.
+	eventually(t, "the spell begins at a /ready", func() bool {
+		_, err := tryCall(e, "GET", "/ready", 100*time.Millisecond)
+		return err != nil
+	})
+	a, err := tryCall(e, "GET", "/server_info", 5*time.Second)
+	if err != nil || a.code != 200 {
+		t.Fatalf("/server_info during the spell: %v %d", err, a.code)
+	}
+	// The spell began after Busy was called, and held the request to its end.
+	if d := time.Since(armed); d < spell {
+		t.Errorf("/server_info answered %v after Busy(%v)", d, spell)
+	}
+	if n := <-held; n < 2 {
+		t.Errorf("Busy held %d requests, want the /ready and the /server_info", n)
+	}
+	if a := call(t, e, "GET", "/ready"); a.code != 200 || a.body != "LIVE\n" {
+		t.Fatalf("/ready after the spell: %d %q", a.code, a.body)
+	}
+}
+
 func TestInitPhasesReachLive(t *testing.T) {
 	t.Parallel()
 	var onInit atomic.Value

@@ -2,10 +2,11 @@
 // (readiness, drain, stop, connection counts, listener ports) and the
 // readiness tracker that polls it.
 //
-// Readiness is never remembered: the tracker's state is at most one poll old,
-// and a proxy that dies or stops answering stops being ready at the next poll.
-// pilot-agent caches its first success, so its status port says ready after
-// Envoy is gone; this package exists so that ours cannot.
+// Readiness is never remembered: the tracker's state rests on Envoy's last
+// answer, a proxy that dies or answers anything but LIVE stops being ready
+// at the next poll, and one that stops answering once the hold (3 s) is
+// over. pilot-agent caches its first success, so its status port says
+// ready after Envoy is gone; this package exists so that ours cannot.
 package envoy
 
 import (
@@ -84,14 +85,25 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("admin %s: %d %s", e.Path, e.Code, strings.TrimSpace(e.Body))
 }
 
+// maxStateBody bounds GET /ready's answer, which Envoy makes its state
+// name ("LIVE\n"): no more of a longer one is read, and it is an error,
+// not a reason of megabytes for every /healthz/ready and /v1/status
+// answer, and for every poll to read.
+const maxStateBody = 4 << 10
+
 func (a *Admin) do(ctx context.Context, method, path string, query http1.Query) (http1.Response, error) {
+	return a.doMax(ctx, method, path, query, maxBody)
+}
+
+// doMax is do with its own bound on the answer's body.
+func (a *Admin) doMax(ctx context.Context, method, path string, query http1.Query, bound int) (http1.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.Timeout)
 	defer cancel()
 	target := path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	resp, err := a.client.Do(ctx, method, target)
+	resp, err := a.client.DoMax(ctx, method, target, bound)
 	if err != nil {
 		return http1.Response{}, fmt.Errorf("admin %s: %w", path, err)
 	}
@@ -231,19 +243,21 @@ func waitConnected(ctx context.Context, fd int) error {
 
 // ServerState asks GET /ready. It returns Envoy's state name (LIVE,
 // PRE_INITIALIZING, INITIALIZING or DRAINING) and whether Envoy said ready.
+// The state is the not-ready reason, so it is cut as --extra-ready-url's
+// is (brief); an answer longer than maxStateBody is an error.
 func (a *Admin) ServerState(ctx context.Context) (state string, ready bool, err error) {
-	resp, err := a.do(ctx, "GET", "/ready", nil)
+	resp, err := a.doMax(ctx, "GET", "/ready", nil, maxStateBody)
 	if err != nil {
 		return "", false, err
 	}
-	state = strings.TrimSpace(string(resp.Body))
+	state = brief(resp.Body)
 	switch resp.Code {
 	case 200:
 		return state, state == "LIVE", nil
 	case 503:
 		return state, false, nil
 	}
-	return "", false, &StatusError{"/ready", resp.Code, string(resp.Body)}
+	return "", false, &StatusError{"/ready", resp.Code, state}
 }
 
 // Post calls a mutating endpoint, such as /quitquitquit or /drain_listeners,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -292,4 +293,49 @@ func readyFor(raw string) (*ReadyURL, error) {
 		return nil, err
 	}
 	return NewReadyURL(u), nil
+}
+
+// Envoy's /ready body is the not-ready reason, which every /healthz/ready
+// and /v1/status answer carries (issue 38, 5: a 4 MB body made each
+// /healthz/ready answer 4 MB and status fail). It is cut as
+// --extra-ready-url's is, and no more of it is read than maxStateBody: a
+// longer answer is an error, short to say, and still an answer (LastAnswer).
+func TestServerStateReasonIsBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		size   int
+		length bool // a Content-Length, else chunked
+	}{
+		{"a kilobyte", 1000, true},
+		{"4 MB", 4_000_000, true},
+		{"4 MB chunked", 4_000_000, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := "not\nready " + strings.Repeat("x", tt.size)
+			a, _, _ := adminOf(t, func(w http.ResponseWriter, r *http.Request) {
+				if tt.length {
+					w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, body)
+			})
+			state, ready, err := a.ServerState(context.Background())
+			switch {
+			case ready:
+				t.Fatal("ready")
+			case tt.size <= maxStateBody && (err != nil || !strings.HasPrefix(state, "not ready xx") || len(state) > maxWhy):
+				t.Fatalf("state %d bytes %.40q, err %v; want at most %d bytes, on one line", len(state), state, err, maxWhy)
+			case tt.size > maxStateBody && !errors.Is(err, http1.ErrTooLarge):
+				t.Fatalf("state %d bytes, err %.100v; want an answer too large", len(state), err)
+			}
+			tr := NewTracker(a, TrackerConfig{})
+			st := tr.poll(context.Background())
+			if st.Ready || len(st.Reason) > 2*maxWhy || st.Reason == "" {
+				t.Fatalf("the tracker's reason is %d bytes: %.100q", len(st.Reason), st.Reason)
+			}
+			if tr.LastAnswer().IsZero() {
+				t.Errorf("an answer (%.60q) did not count as one for liveness", st.Reason)
+			}
+		})
+	}
 }

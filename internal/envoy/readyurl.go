@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
 )
@@ -19,8 +20,20 @@ type ReadyURL struct {
 	client *http1.Client
 }
 
-// maxWhy bounds what of a refusal's body is kept as its reason.
+// maxWhy bounds what of a refusal's body is kept as its reason: this
+// URL's, and Envoy's own /ready (ServerState).
 const maxWhy = 256
+
+// brief is what of an answer's body is kept as a reason: at most its first
+// maxWhy bytes, on one line, its runs of white space folded into one
+// space.
+func brief(body []byte) string {
+	s := strings.TrimSpace(string(body[:min(len(body), maxWhy)]))
+	if strings.IndexFunc(s, unicode.IsSpace) < 0 {
+		return s // a state name, such as LIVE: nothing to fold
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
 
 // maxReadyBody bounds a readiness answer's body. pilot-agent's is empty; an
 // endpoint that answers more than this is no readiness endpoint, and says
@@ -53,8 +66,7 @@ func (r *ReadyURL) Check(ctx context.Context) string {
 		return ""
 	}
 	why := fmt.Sprintf("%s answered %d", r.url, resp.Code)
-	body := resp.Body[:min(len(resp.Body), maxWhy)]
-	if b := strings.Join(strings.Fields(string(body)), " "); b != "" {
+	if b := brief(resp.Body); b != "" {
 		why += ": " + b
 	}
 	return why

@@ -22,7 +22,8 @@ type fixture struct {
 }
 
 // serveControl takes fixture commands on a unix socket, one per line, answering "ok"
-// or "error: …" to each. It lets a test move the fake at runtime.
+// (or "ok: …" with what the command found: busy's) or "error: …" to each, once the
+// command is done (busy's at its spell's end). It lets a test move the fake at runtime.
 func serveControl(path string, f fixture) (io.Closer, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -47,10 +48,13 @@ func (f fixture) serve(c net.Conn) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
 	for sc.Scan() {
-		after, err := f.command(strings.Fields(sc.Text()))
+		after, said, err := f.command(strings.Fields(sc.Text()))
 		answer := "ok\n"
-		if err != nil {
+		switch {
+		case err != nil:
 			answer = "error: " + err.Error() + "\n"
+		case said != "":
+			answer = "ok: " + said + "\n"
 		}
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		io.WriteString(c, answer)
@@ -60,10 +64,11 @@ func (f fixture) serve(c net.Conn) {
 	}
 }
 
-// command runs one line; an action that ends the process comes back as after.
-func (f fixture) command(words []string) (after func(), err error) {
+// command runs one line; an action that ends the process comes back as after,
+// and what the command has to say beyond "ok" as said.
+func (f fixture) command(words []string) (after func(), said string, err error) {
 	if len(words) == 0 {
-		return nil, errors.New("empty command")
+		return nil, "", errors.New("empty command")
 	}
 	arg := func() (string, error) {
 		if len(words) != 2 {
@@ -75,17 +80,17 @@ func (f fixture) command(words []string) (after func(), err error) {
 	case "state":
 		name, err := arg()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		s, err := fakeenvoy.ParseState(name)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		f.envoy.SetState(s)
 	case "silent":
 		v, err := arg()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		switch v {
 		case "on":
@@ -93,32 +98,42 @@ func (f fixture) command(words []string) (after func(), err error) {
 		case "off":
 			f.envoy.SetSilent(false)
 		default:
-			return nil, fmt.Errorf("silent %q: want on or off", v)
+			return nil, "", fmt.Errorf("silent %q: want on or off", v)
 		}
 	case "slow":
 		v, err := arg()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("slow %q: want a duration such as 1200ms, 0 for none", v)
+			return nil, "", fmt.Errorf("slow %q: want a duration such as 1200ms, 0 for none", v)
 		}
 		f.envoy.SetSlow(d)
+	case "busy":
+		v, err := arg()
+		if err != nil {
+			return nil, "", err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, "", fmt.Errorf("busy %q: want a duration such as 2s", v)
+		}
+		return nil, fmt.Sprintf("held %d admin requests for %v", f.envoy.Busy(d), d), nil
 	case "crash":
-		return f.crash, nil
+		return f.crash, "", nil
 	case "exit":
 		v, err := arg()
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		code, err := strconv.Atoi(v)
 		if err != nil || code < 0 || code > 255 {
-			return nil, fmt.Errorf("exit %q: want a code from 0 to 255", v)
+			return nil, "", fmt.Errorf("exit %q: want a code from 0 to 255", v)
 		}
-		return func() { f.exit(code) }, nil
+		return func() { f.exit(code) }, "", nil
 	default:
-		return nil, fmt.Errorf("unknown command %q", words[0])
+		return nil, "", fmt.Errorf("unknown command %q", words[0])
 	}
-	return nil, nil
+	return nil, "", nil
 }

@@ -205,7 +205,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		c.version, err = fakeenvoy.ParseVersion(v)
 		return err
 	})
-	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, slow DURATION (every admin answer that late; 0: none), crash, exit N")
+	fs.StringVar(&c.control, "control", "", "unix socket `path` taking fixture commands, one per line: state LIVE|DRAINING|PRE_INITIALIZING|INITIALIZING, silent on|off, slow DURATION (every admin answer that late; 0: none), busy DURATION (the main thread busy that long from the next GET /ready: it and every admin request meanwhile wait for the end; answered then, with how many were held), crash, exit N")
 
 	opts := envoyOptions()
 	byName := map[string]*envoyOption{}

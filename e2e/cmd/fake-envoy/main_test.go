@@ -412,6 +412,31 @@ func TestControlSocket(t *testing.T) {
 	if _, _, err := get(admin, "GET", "/ready", 2*time.Second); err != nil {
 		t.Errorf("silent off: %v", err)
 	}
+	// busy answers at the spell's end, which the next /ready begins,
+	// saying how many admin requests it held.
+	c, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "busy 300ms\n")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, _, err := get(admin, "GET", "/ready", 100*time.Millisecond); err != nil {
+			break // held: the spell has begun
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("busy 300ms: no /ready held within 5s")
+		}
+	}
+	b := make([]byte, 256)
+	n, _ := c.Read(b)
+	if got := string(b[:n]); !strings.HasPrefix(got, "ok: held ") || !strings.HasSuffix(got, " admin requests for 300ms\n") || got == "ok: held 0 admin requests for 300ms\n" {
+		t.Errorf("busy 300ms: %q", got)
+	}
+	if got := control(t, sock, "busy 0"); got != "error: busy \"0\": want a duration such as 2s\n" {
+		t.Errorf("busy 0: %q", got)
+	}
 	if got := control(t, sock, "exit 3"); got != "ok\n" {
 		t.Fatalf("exit 3: %q", got)
 	}
