@@ -44,7 +44,7 @@ exit 2`, dieFile)
 // terminationMessage fails the test unless the message in term says want.
 func terminationMessage(t *testing.T, term, want string) {
 	t.Helper()
-	msg, err := os.ReadFile(term)
+	msg, err := lastBytes(term, 4096) // what the kubelet reads
 	if err != nil {
 		t.Fatal(err)
 	}

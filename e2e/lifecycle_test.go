@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -144,7 +143,7 @@ func (p *pod) failsBeforeProxy(flags func(file string) []string) string {
 	if strings.Contains(pr.Out.String(), "proxy started") {
 		p.t.Fatalf("the proxy was started:\n%s", pr.Out.String())
 	}
-	b, err := os.ReadFile(msg)
+	b, err := lastBytes(msg, 4096) // what the kubelet reads
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -187,9 +187,17 @@ func (p *pod) get(url string) (int, string) {
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if len(b) > maxBody {
+		return resp.StatusCode, string(b[:maxBody]) + fmt.Sprintf("\n[e2e: the body was cut at %d bytes]", maxBody)
+	}
 	return resp.StatusCode, string(b)
 }
+
+// maxBody is as much as get reads of an answer: a fault's can be large
+// (a series per completion made /metrics 3.3 MB) or never end, and the
+// test binary must not hold it all.
+const maxBody = 16 << 20
 
 // waitHTTP waits (bounded) until url answers want.
 func (p *pod) waitHTTP(url string, want int, d time.Duration) string {
@@ -226,8 +234,9 @@ func writeFile(path, content string, mode os.FileMode) error {
 	return os.Chmod(path, mode)
 }
 
-// fixture sends one command to the fake Envoy's --control socket.
-func fixture(t testing.TB, sock, cmd string) {
+// fixture sends one command to the fake Envoy's --control socket, and
+// returns its answer once the command is done.
+func fixture(t testing.TB, sock, cmd string) string {
 	t.Helper()
 	c, err := net.Dial("unix", sock)
 	if err != nil {
@@ -240,4 +249,5 @@ func fixture(t testing.TB, sock, cmd string) {
 	if !strings.HasPrefix(b, "ok") {
 		t.Fatalf("fake envoy control %q: %q", cmd, b)
 	}
+	return b
 }

@@ -89,7 +89,7 @@ func TestNoFirstReadinessAfterTheStopIsDecided(t *testing.T) {
 	if code := waiter.Exit(soon); code == 0 {
 		t.Errorf("wait exited 0 for a proxy that was being stopped:\n%s", waiter.Out.String())
 	}
-	b, err := os.ReadFile(msg)
+	b, err := lastBytes(msg, 4096) // what the kubelet reads
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 package kubelettest
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,18 +88,69 @@ func (n *node) waitExits(t *testing.T, ids map[string]string, timeout time.Durat
 }
 
 // events are the kubelet's events about a pod, from its log: without an
-// API server it logs them (at -v 3) and records nothing else.
+// API server it logs them (at -v 3) and records nothing else. The log is
+// the whole suite's, and it logs every event it makes, unlike the API's
+// (the recorder's spam filter comes after its log): a pod that crash-loops
+// logs a back-off every sync. So the log is read a line at a time, a line
+// is cut at maxEventLine, and past maxEvents the events are only counted,
+// in a last line that says how many were cut.
 func (n *node) events(t *testing.T, pod string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(n.dir, "kubelet.log"))
+	f, err := os.Open(filepath.Join(n.dir, "kubelet.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	var evs []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, "Event occurred") && strings.Contains(line, pod+"-"+nodeName) {
-			evs = append(evs, line)
+	cut := 0
+	err = eachLine(f, maxEventLine, func(line string) {
+		if !strings.Contains(line, "Event occurred") || !strings.Contains(line, pod+"-"+nodeName) {
+			return
 		}
+		if len(evs) == maxEvents {
+			cut++
+			return
+		}
+		evs = append(evs, line)
+	})
+	if err != nil {
+		t.Fatalf("the kubelet's log: %v", err)
+	}
+	if cut > 0 {
+		evs = append(evs, fmt.Sprintf("[kubelettest: %d more events of pod %s cut]", cut, pod))
 	}
 	return evs
+}
+
+// Bounds on events: a pod's run logs tens, each a line of hundreds of
+// bytes.
+const (
+	maxEvents    = 2000
+	maxEventLine = 4 << 10
+)
+
+// eachLine calls fn with each line of r, without its newline, cut to most
+// bytes: a line longer than that is never held whole.
+func eachLine(r io.Reader, most int, fn func(line string)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if room := most - len(line); room > 0 {
+			line = append(line, frag[:min(room, len(frag))]...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue // the line goes on
+		case err != nil && err != io.EOF:
+			return err
+		}
+		if len(line) > 0 || err == nil {
+			fn(strings.TrimSuffix(string(line), "\n"))
+		}
+		if err == io.EOF {
+			return nil
+		}
+		line = line[:0]
+	}
 }

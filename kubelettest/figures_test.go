@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The pod-level figures of docs/benchmarks.md, as the kubelet reports them:
@@ -471,18 +473,20 @@ func optionalLine(t *testing.T, logs string, re *regexp.Regexp) time.Time {
 }
 
 // podLog is a container's log as the runtime wrote it on the node, for a
-// pod that has left the kubelet's API.
+// pod that has left the kubelet's API: of each run's file, its first and
+// last MiB (proctest.ReadFile), since what a container logs grows with
+// how long it runs, and a fault can make it log without end.
 func (n *node) podLog(t *testing.T, name, container string) string {
 	t.Helper()
 	root := fmt.Sprintf("/proc/%d/root", n.holder.Process.Pid)
 	files, _ := filepath.Glob(filepath.Join(root, "/var/log/pods", "default_"+name+"-"+nodeName+"_*", container, "*.log"))
 	var b strings.Builder
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := proctest.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Write(data)
+		b.WriteString(data)
 	}
 	if b.Len() == 0 {
 		t.Fatalf("no log of %s in pod %s on the node", container, name)

@@ -23,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // load is a mesh client of a Service, in the node's network namespace: it
@@ -474,7 +476,8 @@ func (l *load) send(client *http.Client, url string) {
 		l.fail(failureKind(err), sent, target, fmt.Sprintf("%s: %v", url, err))
 		return
 	}
-	body, err := io.ReadAll(resp.Body)
+	// An app's answer is a line; a fault's may be any size, or endless.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	switch {
 	case err != nil:
@@ -521,8 +524,10 @@ func (l *load) stateAt(target string) string {
 		root := fmt.Sprintf("/proc/%d/root/var/log/pods", theNode.holder.Process.Pid)
 		files, _ := filepath.Glob(filepath.Join(root, p.Namespace+"_"+p.Name+"_*", "*", "*.log"))
 		for _, f := range files {
-			data, _ := os.ReadFile(f)
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			// The last lines are wanted, of a log as long as the
+			// container ran.
+			data, _ := proctest.ReadFile(f)
+			lines := strings.Split(strings.TrimSpace(data), "\n")
 			fmt.Fprintf(&b, "      log %s:\n", strings.TrimPrefix(f, root))
 			for _, line := range lines[max(0, len(lines)-8):] {
 				fmt.Fprintf(&b, "        %s\n", line)

@@ -519,15 +519,17 @@ func alive(pid int) error {
 	return fmt.Errorf("pid %d still running", pid)
 }
 
-// logTails is the end of each daemon's log, for a failure's message.
+// logTails is the end of each daemon's log, for a failure's message. A
+// log grows for as long as the suite runs (the kubelet's at -v 3): only
+// its first and last MiB are read.
 func (n *node) logTails() error {
 	var b strings.Builder
 	for _, name := range []string{"holder", "etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler"} {
-		data, err := os.ReadFile(filepath.Join(n.dir, name+".log"))
+		data, err := proctest.ReadFile(filepath.Join(n.dir, name+".log"))
 		if err != nil {
 			continue
 		}
-		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		lines := strings.Split(strings.TrimSpace(data), "\n")
 		if len(lines) > 15 {
 			lines = lines[len(lines)-15:]
 		}

@@ -297,7 +297,9 @@ func describe(p *corev1.Pod) string {
 	return b.String()
 }
 
-// logs is what a container of a pod has written, from the kubelet's API.
+// logs is what a container of a pod has written, from the kubelet's API:
+// its first and last MiB (a proctest.Buffer), since what a container logs
+// grows with how long it runs, and a fault can make it log without end.
 func (n *node) logs(t *testing.T, name, container string) string {
 	t.Helper()
 	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s-%s/%s", name, nodeName, container))
@@ -305,9 +307,10 @@ func (n *node) logs(t *testing.T, name, container string) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	var body proctest.Buffer
+	_, err = io.Copy(&body, resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body)
+		t.Fatalf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body.String())
 	}
-	return string(body)
+	return body.String()
 }

@@ -172,7 +172,7 @@ func (h *harness) cleanup() {
 	}
 	if h.t.Failed() {
 		h.t.Logf("supervisor log:\n%s", h.logs.String())
-		if b, err := os.ReadFile(h.envoyLog); err == nil {
+		if b, err := proctest.ReadFile(h.envoyLog); err == nil {
 			h.t.Logf("fake envoy log:\n%s", b)
 		}
 	}
@@ -275,9 +275,11 @@ func (h *harness) statusJSON() map[string]any {
 	return m
 }
 
+// envoyOutput is what the fake Envoy wrote, as a proctest.Buffer keeps
+// it: its log is as long as it ran.
 func (h *harness) envoyOutput() string {
-	b, _ := os.ReadFile(h.envoyLog)
-	return string(b)
+	b, _ := proctest.ReadFile(h.envoyLog)
+	return b
 }
 
 func (h *harness) eventually(what string, cond func() bool) {

@@ -51,9 +51,12 @@ func main() {
 }
 
 // result is how one test (or a package, Test "") ended in one run, with
-// what it printed.
+// the first lines it printed.
 type result struct {
 	action string // pass, fail or skip; "" while it runs
+	// output is no more than firstOf prints: the runs' output, of every
+	// test, passed or not, can be anything up to GBs (a test that logs
+	// every poll of a fault until its deadline).
 	output []string
 }
 
@@ -69,7 +72,9 @@ func readRun(r io.Reader) (map[string]result, error) {
 		case "run":
 			res.action = ""
 		case "output", "build-output":
-			res.output = append(res.output, strings.TrimRight(e.Output, "\n"))
+			if l := strings.TrimRight(e.Output, "\n"); len(res.output) < firstLines && !framing(l) {
+				res.output = append(res.output, l)
+			}
 		case "pass", "fail", "skip":
 			res.action = e.Action
 		default:
@@ -190,15 +195,20 @@ func explained(key string, r map[string]result) bool {
 func firstOf(output []string) []string {
 	var out []string
 	for _, l := range output {
-		t := strings.TrimSpace(l)
-		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "FAIL" || t == "PASS" ||
-			strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok  \t") {
+		if framing(l) {
 			continue
 		}
-		out = append(out, t)
+		out = append(out, strings.TrimSpace(l))
 		if len(out) == firstLines {
 			break
 		}
 	}
 	return out
+}
+
+// framing says whether l is go test's framing, or blank.
+func framing(l string) bool {
+	t := strings.TrimSpace(l)
+	return t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "FAIL" || t == "PASS" ||
+		strings.HasPrefix(t, "FAIL\t") || strings.HasPrefix(t, "ok  \t")
 }

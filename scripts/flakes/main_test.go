@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -116,5 +118,20 @@ func TestReportAllPassed(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "no failure in 1 runs") {
 		t.Fatal(b.String())
+	}
+}
+
+// A run's output is held no further than the first lines a failure
+// prints, whatever its length and whether the test passed.
+func TestReadRunHoldsTheFirstLinesAlone(t *testing.T) {
+	var spec strings.Builder
+	spec.WriteString("run TestA\n")
+	for i := range 1000 {
+		fmt.Fprintf(&spec, "output TestA line %d\n", i)
+	}
+	spec.WriteString("pass TestA\npass -")
+	res := runs(t, spec.String())[0]["p TestA"]
+	if want := []string{"line 0", "line 1", "line 2"}; !slices.Equal(res.output, want) {
+		t.Fatalf("held %d lines, from %q; want %q", len(res.output), res.output[:min(5, len(res.output))], want)
 	}
 }

@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -43,9 +44,13 @@ func Start(tb testing.TB, name string, cmd *exec.Cmd) *Proc {
 func StartWith(tb testing.TB, name string, cmd *exec.Cmd, start func() error) *Proc {
 	tb.Helper()
 	pr := &Proc{Name: name, Cmd: cmd, tb: tb, done: make(chan struct{}), code: -1}
+	raced := func() bool { return false }
 	if cmd.Stdout == nil && cmd.Stderr == nil {
 		pr.Out = &Buffer{}
 		cmd.Stdout, cmd.Stderr = pr.Out, pr.Out
+		// Watched from the first byte: a race reported where Out later
+		// cuts its output still fails the test.
+		raced, _, _ = pr.Out.watch(raceReport)
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -80,10 +85,12 @@ func StartWith(tb testing.TB, name string, cmd *exec.Cmd, start func() error) *P
 			return
 		}
 		out := pr.Out.String()
-		if strings.Contains(out, "WARNING: DATA RACE") {
+		if raced() {
 			tb.Errorf("%s reported a data race:\n%s", name, out)
 		} else if tb.Failed() {
 			tb.Logf("--- %s output:\n%s", name, out)
+		} else if n := pr.Out.Cut(); n > 0 {
+			tb.Logf("%s wrote more than proctest keeps: %d bytes of its output were cut", name, n)
 		}
 	})
 	return pr
@@ -188,15 +195,27 @@ func (pr *Proc) WaitLog(s string, d time.Duration) {
 	if pr.Out == nil {
 		pr.tb.Fatalf("%s: WaitLog on output the test redirected itself", pr.Name)
 	}
-	has := func() bool { return strings.Contains(pr.Out.String(), s) }
+	// Watched as it is written, not searched for in Out: a line that
+	// comes while the test waits is seen even where Out cuts it.
+	has, cutBefore, stop := pr.Out.watch(s)
+	defer stop()
+	// Once the process has been waited for, its output has all been
+	// copied: the last look sees everything it wrote.
 	if Until(d, func() bool { return has() || pr.Exited() }) && has() {
 		return
 	}
-	if pr.Exited() {
-		pr.tb.Fatalf("%s exited (code %d) without logging %q%s", pr.Name, pr.code, s, pr.output())
+	cut := ""
+	if cutBefore > 0 {
+		cut = fmt.Sprintf(" (%d bytes of its output were cut before the wait, which may have held it)", cutBefore)
 	}
-	pr.tb.Fatalf("%s never logged %q within %v%s", pr.Name, s, d, pr.output())
+	if pr.Exited() {
+		pr.tb.Fatalf("%s exited (code %d) without logging %q%s%s", pr.Name, pr.code, s, cut, pr.output())
+	}
+	pr.tb.Fatalf("%s never logged %q within %v%s%s", pr.Name, s, d, cut, pr.output())
 }
+
+// raceReport starts the race detector's report of a data race.
+const raceReport = "WARNING: DATA RACE"
 
 // output is the output for a failure message, when it is not logged at
 // cleanup anyway.
