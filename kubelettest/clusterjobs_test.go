@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
@@ -306,11 +307,14 @@ func (c *cluster) cronJob(t *testing.T, name, manifest string, exits map[string]
 		bg := metav1.DeletePropagationBackground
 		c.client.BatchV1().CronJobs("default").Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}) //nolint:errcheck
 	})
-	// Every Job the CronJob made, by name, as last seen: the first is
-	// deleted by the history limit once the second has succeeded.
+	// Every Job the CronJob made, by name, as last seen. Once two runs have
+	// succeeded the CronJob is suspended: with a run a minute, a busy node
+	// whose runs take over a minute never has a moment with one Job alone,
+	// so the test waits for what the controller does once no run starts,
+	// the history cut to the last success, rather than for such a moment.
 	seen := map[string]batchv1.Job{}
 	var last []batchv1.Job
-	err := proctest.Poll(4*time.Minute, func() error {
+	list := func() error {
 		list, err := c.client.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -322,19 +326,48 @@ func (c *cluster) cronJob(t *testing.T, name, manifest string, exits map[string]
 				last = append(last, j)
 			}
 		}
+		return nil
+	}
+	completed := func() int {
 		done := 0
 		for _, j := range seen {
 			if jobCondition(&j, batchv1.JobComplete) != nil {
 				done++
 			}
 		}
-		if done < 2 || len(last) != 1 || jobCondition(&last[0], batchv1.JobComplete) == nil {
+		return done
+	}
+	// The first run is due within a minute, the second a minute later, and
+	// each may take 30 s to be created and jobTimeout to run.
+	twoRuns := 2*time.Minute + 2*(30*time.Second+jobTimeout)
+	err := proctest.Poll(twoRuns, func() error {
+		if err := list(); err != nil {
+			return err
+		}
+		if completed() < 2 {
 			return errNotYet
 		}
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("after 4m: %d runs seen, %d kept: %v", len(seen), len(last), jobNames(last))
+		t.Fatalf("after %v: %d runs seen, %d of them Complete, want 2: %v", twoRuns, len(seen), completed(), err)
+	}
+	suspend := []byte(`{"spec":{"suspend":true}}`)
+	if _, err := c.client.BatchV1().CronJobs("default").Patch(ctx, name, types.MergePatchType, suspend, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The runs still going end, and the history keeps the last success.
+	err = proctest.Poll(30*time.Second+jobTimeout, func() error {
+		if err := list(); err != nil {
+			return err
+		}
+		if len(last) != 1 || jobCondition(&last[0], batchv1.JobComplete) == nil {
+			return errNotYet
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("suspended after 2 runs Complete: %d runs seen, %d kept, want the last success alone: %v", len(seen), len(last), jobNames(last))
 	}
 	for _, j := range seen {
 		if jobCondition(&j, batchv1.JobFailed) != nil {
