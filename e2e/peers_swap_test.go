@@ -92,8 +92,11 @@ func TestSwappedPeersDirHidesNoRunningApp(t *testing.T) {
 // refuses uid 1002's directory, says so, runs its COMMAND and reports over
 // the socket. (Both once wrote into uid 1002's directory, where no
 // supervisor reads, and the first run's released lock read as lost.)
+// Both peers' success fixes 0 at once, but while peers/ is replaced
+// whether a peer runs under exec is unknown, so the stop waits for the
+// drain's bound, as a drain does (issue 38).
 func TestExecWritesOnlyInTheSupervisorsPeersDir(t *testing.T) {
-	p, sup := istioPod(t, []string{"--allowed-uids", "0,1000,1337", "--peers", "job,late"})
+	p, sup := istioPod(t, []string{"--allowed-uids", "0,1000,1337", "--peers", "job,late", "--drain-timeout", "2s"})
 	p.waitHTTP(readyURL, 200, soon)
 
 	release := filepath.Join(p.dir, "release")
@@ -117,6 +120,9 @@ func TestExecWritesOnlyInTheSupervisorsPeersDir(t *testing.T) {
 	}
 	if code := sup.Exit(soon); code != 0 {
 		t.Errorf("supervisor exit %d, want 0: both peers succeeded", code)
+	}
+	if out := sup.Out.String(); !strings.Contains(out, "end=timeout") || !strings.Contains(out, "peers_err=") {
+		t.Errorf("the stop did not wait for the drain's bound, saying why:\n%s", out)
 	}
 	ents, err := os.ReadDir(filepath.Join(p.dir, "peers"))
 	if err != nil {

@@ -108,14 +108,22 @@ func runWait(args []string, env func(string) string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "proxy-supervisor: wait: %v\n", err)
 		return 2
 	}
-	if url.url.Raw != "" && f.explicit("control-dir") {
+	// Only flags on the command line conflict. A variable is a default
+	// that the other's flag overrides: a container's environment may set
+	// PROXY_SUPERVISOR_CONTROL_DIR for every command it runs. From the
+	// variables alone, the URL is what wait alone takes.
+	byURL := url.url.Raw != ""
+	switch {
+	case byURL && f.explicit("url") && f.explicit("control-dir"):
 		fmt.Fprintln(stderr, "proxy-supervisor: wait: give --control-dir or --url, not both")
 		return 2
+	case byURL && f.explicit("control-dir"):
+		byURL = false // PROXY_SUPERVISOR_URL gives way to --control-dir
 	}
 	if f.checkOnly() {
 		return 0
 	}
-	if url.url.Raw != "" {
+	if byURL {
 		return app.WaitURL(url.url, *timeout, stderr)
 	}
 	return app.Wait(app.Socket{Dir: *dir, Trust: *trust}, *timeout, stderr)

@@ -42,6 +42,10 @@ type flags struct {
 	synopsis string
 	about    string
 	check    *bool
+	// onCommandLine is what parse found on the command line, as opposed
+	// to set from its variable: fs.Visit cannot tell them apart, since
+	// the variables are set through fs.Set.
+	onCommandLine map[string]bool
 }
 
 // checkFlag validates a command line without acting on it, like nginx -t:
@@ -76,6 +80,7 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	f.onCommandLine = given
 	var err error
 	f.fs.VisitAll(func(fl *flag.Flag) {
 		if given[fl.Name] || err != nil || fl.Name == checkFlag {
@@ -164,12 +169,11 @@ func (f *flags) given(name string, getenv func(string) string) bool {
 	return f.explicit(name) || getenv(envName(name)) != ""
 }
 
-// explicit reports whether a flag was given on the command line.
-func (f *flags) explicit(name string) bool {
-	set := false
-	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
-	return set
-}
+// explicit reports whether a flag was given on the command line, not
+// only through its variable: a container's environment may set a
+// variable for every command it runs (PROXY_SUPERVISOR_CONTROL_DIR), and
+// that is a default, which an explicit flag overrides without a conflict.
+func (f *flags) explicit(name string) bool { return f.onCommandLine[name] }
 
 // usage writes the help text.
 func (f *flags) usage(w io.Writer) {
@@ -264,7 +268,11 @@ func (p *portList) placeholder() string { return "PORT,..." }
 
 func (p *portList) Set(v string) error {
 	*p = nil
-	for _, f := range splitList(v) {
+	fields, err := splitList(v, "port")
+	if err != nil {
+		return err
+	}
+	for _, f := range fields {
 		n, err := http1.ParsePort(f)
 		if err != nil {
 			return fmt.Errorf("%q is not a port; want a comma list of ports from 1 to 65535, such as 8080,9090", f)
@@ -289,7 +297,11 @@ func (u *uidList) placeholder() string { return "UID,..." }
 
 func (u *uidList) Set(v string) error {
 	*u = nil
-	for _, f := range splitList(v) {
+	fields, err := splitList(v, "uid")
+	if err != nil {
+		return err
+	}
+	for _, f := range fields {
 		// 4294967295 is (uid_t)-1, which no process has: chown's "no change".
 		n, err := strconv.ParseUint(f, 10, 32)
 		if err != nil || n == 1<<32-1 {
@@ -341,14 +353,20 @@ func (c *choice) Set(v string) error {
 	return fmt.Errorf("want one of %s", strings.Join(c.allowed, ", "))
 }
 
-func splitList(v string) []string {
+// splitList is the entries of a comma list of what. A value that is not
+// empty and lists none, such as ",", is an error: it would read as the
+// flag not given, which for --allowed-uids trusts every uid.
+func splitList(v, what string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(v, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			out = append(out, f)
 		}
 	}
-	return out
+	if len(out) == 0 && strings.TrimSpace(v) != "" {
+		return nil, fmt.Errorf("lists no %s; give a comma list of them, or an empty value for none", what)
+	}
+	return out, nil
 }
 
 // positive checks that a duration flag is above zero.
@@ -511,6 +529,10 @@ func (p *peerRestarts) Set(v string) error {
 	m, err := peers.ParsePeerRestart(v)
 	if err != nil {
 		return err
+	}
+	if len(m) == 0 && strings.TrimSpace(v) != "" {
+		// ";" would read as the flag not given.
+		return errors.New("lists no entry; want NAME=POLICY[,RULE...] entries separated by ';', or an empty value for none")
 	}
 	*p = m
 	return nil

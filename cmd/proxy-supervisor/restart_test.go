@@ -83,3 +83,41 @@ func TestDrainDelayDefaultFitsTheBound(t *testing.T) {
 		}
 	}
 }
+
+// Istio's knobs map onto --drain-min only where neither the flag nor its
+// variable is given: ours always win (docs/reference.md, "Istio's knobs"),
+// and a minimum they do not map does not raise the drain's bound either.
+func TestAnExplicitDrainMinBeatsIstiosKnobs(t *testing.T) {
+	istio := map[string]string{"EXIT_ON_ZERO_ACTIVE_CONNECTIONS": "true", "MINIMUM_DRAIN_DURATION": "30s"}
+	withVar := map[string]string{"PROXY_SUPERVISOR_DRAIN_MIN": "3s"}
+	for k, v := range istio {
+		withVar[k] = v
+	}
+	for _, tt := range []struct {
+		name          string
+		args          []string
+		env           map[string]string
+		min, drainMax time.Duration
+	}{
+		{"Istio's alone", nil, istio, 30 * time.Second, 30 * time.Second}, // the bound raised to the minimum
+		{"the flag", []string{"--drain-min", "2s"}, istio, 2 * time.Second, 20 * time.Second},
+		{"the variable", nil, withVar, 3 * time.Second, 20 * time.Second},
+		{"the flag of zero", []string{"--drain-min", "0s"}, istio, 0, 20 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, o := superviseFlags()
+			env := envOf(tt.env)
+			cmdline, err := f.parse(append(tt.args, "--", "envoy"), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.config(f, cmdline, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DrainMin != tt.min || cfg.DrainTimeout != tt.drainMax {
+				t.Errorf("drain min %v, timeout %v; want %v, %v", cfg.DrainMin, cfg.DrainTimeout, tt.min, tt.drainMax)
+			}
+		})
+	}
+}

@@ -261,7 +261,8 @@ func (d *drainer) wait(timer clock.Timer, start, deadline time.Time, envoyPorts 
 		default:
 		}
 		if peersDone {
-			if st.running, st.rerr = d.running(); st.running == 0 && st.rerr == nil {
+			var ended bool
+			if ended, st.running, st.rerr = PeersEnded(d.cfg.Running); ended {
 				return PeersCompleted, ""
 			}
 		}
@@ -395,6 +396,23 @@ func (d *drainer) running() (int, error) {
 		return 0, nil
 	}
 	return d.cfg.Running()
+}
+
+// PeersEnded is the rule for peers whose verdict is settled: nothing is
+// left to wait for once no peer runs under exec. A peer that still runs is
+// the app, alive, and may still send through the proxy (under Never one
+// peer's failure settles the verdict while another uploads), so it holds
+// the stop until its end, within the drain's bound. A count that cannot be
+// known (Running's error: the records directory was replaced) is never
+// none. n and err are Running's answer (none, for a nil Running). The
+// drain ends by it (PeersCompleted), and the supervisor asks it before it
+// stops the proxy for a settled verdict outside a drain: a peer still
+// running makes that stop a drain of its own.
+func PeersEnded(running func() (int, error)) (ended bool, n int, err error) {
+	if running != nil {
+		n, err = running()
+	}
+	return n == 0 && err == nil, n, err
 }
 
 // attrs describe where the drain stands, for its progress and timeout lines.

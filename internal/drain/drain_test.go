@@ -312,6 +312,33 @@ func TestSettledPeersWaitForARunningPeer(t *testing.T) {
 	took(t, r, 10*time.Second+DefaultTick, 10*time.Second+DefaultTick)
 }
 
+// PeersEnded is the one rule for settled peers, which the drain ends by
+// and the supervisor's stop after a verdict asks (issue 38): ended once no
+// peer runs under exec, never while the count is unknown.
+func TestPeersEnded(t *testing.T) {
+	replaced := errors.New("the records directory was replaced")
+	for _, tt := range []struct {
+		name    string
+		running func() (int, error)
+		ended   bool
+	}{
+		{"no count", nil, true},
+		{"none running", func() (int, error) { return 0, nil }, true},
+		{"one running", func() (int, error) { return 1, nil }, false},
+		{"unknown", func() (int, error) { return 0, replaced }, false},
+	} {
+		ended, n, err := PeersEnded(tt.running)
+		if ended != tt.ended {
+			t.Errorf("%s: ended %v (%d, %v), want %v", tt.name, ended, n, err, tt.ended)
+		}
+		if tt.running != nil {
+			if wn, werr := tt.running(); n != wn || err != werr {
+				t.Errorf("%s: PeersEnded passed on %d, %v; want Running's %d, %v", tt.name, n, err, wn, werr)
+			}
+		}
+	}
+}
+
 func TestDrainListenersIsRetriedUntilAccepted(t *testing.T) {
 	a, s, clock := &fakeAdmin{failPosts: 2, conns: 1}, &fakeScanner{}, newClock()
 	posts := func() int {

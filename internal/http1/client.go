@@ -63,6 +63,13 @@ func newConn(nc net.Conn) *conn { return &conn{Conn: nc, br: bufio.NewReaderSize
 // Do sends a request without a body for target (a path with its query),
 // bounded by ctx, and returns the answer whatever its code.
 func (c *Client) Do(ctx context.Context, method, target string) (Response, error) {
+	return c.DoMax(ctx, method, target, c.MaxBody)
+}
+
+// DoMax is Do with its own bound on the answer's body, for a request whose
+// answer is small by nature: no more than maxBody of it is read, and a
+// longer one is an error (ErrTooLarge).
+func (c *Client) DoMax(ctx context.Context, method, target string, maxBody int) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
@@ -74,7 +81,7 @@ func (c *Client) Do(ctx context.Context, method, target string) (Response, error
 		if err == nil {
 			var resp Response
 			var keep bool
-			resp, keep, started, err = c.roundTrip(ctx, cn, method, target)
+			resp, keep, started, err = c.roundTrip(ctx, cn, method, target, maxBody)
 			if err == nil {
 				c.put(cn, keep)
 				return resp, nil
@@ -156,7 +163,7 @@ func (c *Client) put(cn *conn, keep bool) {
 
 // roundTrip writes the request and reads its answer. started reports
 // whether any of the answer arrived, after which it must not be sent again.
-func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string) (resp Response, keep, started bool, err error) {
+func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string, maxBody int) (resp Response, keep, started bool, err error) {
 	deadline, _ := ctx.Deadline()
 	cn.SetDeadline(deadline)
 	// A cancelled ctx cuts the connection's wait at once; the connection is
@@ -181,7 +188,7 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, method, target string)
 	if _, err := cn.br.Peek(1); err != nil {
 		return Response{}, false, false, err
 	}
-	resp, keep, err = ReadResponse(cn.br, c.MaxBody)
+	resp, keep, err = ReadResponse(cn.br, maxBody)
 	if err == nil {
 		// A cancel that came as the answer ended may still set its
 		// deadline in the past: such a connection is not kept.

@@ -73,6 +73,30 @@ func TestPeerRestartThen(t *testing.T) {
 	}
 }
 
+// Of two rules that both match one code, the first decides, whichever
+// action each has: the kubelet's FindMatchingContainerRestartRule returns
+// at the first match. (TestPeerRestartThen's two rules never both match one
+// code, so a last match deciding passed it.)
+func TestPeerRestartFirstMatchingRuleDecides(t *testing.T) {
+	restart := Rule{Action: RestartAlone, Codes: []int{42}}
+	all := Rule{Action: RestartAll, NotIn: true, Codes: []int{0}}
+	for _, tt := range []struct {
+		rules []Rule
+		want  Action
+	}{
+		{[]Rule{restart, all}, RestartAlone},
+		{[]Rule{all, restart}, RestartAll},
+	} {
+		pr := PeerRestart{Policy: Never, Rules: tt.rules}
+		if !tt.rules[0].Matches(42) || !tt.rules[1].Matches(42) {
+			t.Fatalf("rules %v: not both matching 42", tt.rules)
+		}
+		if got := pr.Then(42, false); got != tt.want {
+			t.Errorf("rules %v: Then(42) = %q, want the first rule's %q", tt.rules, got, tt.want)
+		}
+	}
+}
+
 // The verdict follows each peer's own policy and rules, not the pod's.
 func TestDecideFollowsPeerRules(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(1700000000+int64(s), 0) }

@@ -216,6 +216,62 @@ func TestStopEscalates(t *testing.T) {
 	}
 }
 
+// QuitGrace is capped by StopTimeout (docs/design.md, "Stopping the
+// proxy"): a grace longer than the stop's bound gives the quit request
+// only that bound, and SIGTERM and SIGKILL go at it, to the instant,
+// never later.
+func TestQuitGraceIsCappedByTheStopTimeout(t *testing.T) {
+	const grace, timeout = 5 * time.Second, 2 * time.Second
+	var (
+		mu     sync.Mutex
+		sent   []syscall.Signal
+		at     []time.Time
+		quitAt time.Time
+	)
+	clk := clocktest.New()
+	began := clk.Now()
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	p := run(t, Config{
+		Command: []string{"/bin/sh", "-c", "trap '' TERM; : >" + trapped + "; while :; do sleep 0.05; done"},
+		Quit: func(ctx context.Context) error {
+			<-ctx.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			quitAt = clk.Now()
+			return ctx.Err()
+		},
+		QuitGrace:   grace,
+		StopTimeout: timeout,
+		Clock:       clk,
+		Escalated: func(sig syscall.Signal) {
+			mu.Lock()
+			defer mu.Unlock()
+			sent = append(sent, sig)
+			at = append(at, clk.Now())
+		},
+	})
+	proctest.Eventually(t, 5*time.Second, "the shell's trap", func() bool {
+		_, err := os.Stat(trapped)
+		return err == nil
+	})
+	p.Stop()
+	if !clk.WaitArmed(began.Add(timeout), 5*time.Second) {
+		t.Fatalf("no step armed at the stop timeout %v; armed: %v", timeout, clk.Armed())
+	}
+	clk.Advance(timeout)
+	if e := waitExit(t, p, 5*time.Second); e.Code() != 137 {
+		t.Errorf("exit %v; want killed by SIGKILL", e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := quitAt.Sub(began); got != timeout {
+		t.Errorf("the quit request given up %v after the stop request; want the stop timeout %v", got, timeout)
+	}
+	if len(sent) != 2 || sent[0] != syscall.SIGTERM || sent[1] != syscall.SIGKILL || at[0].Sub(began) != timeout || at[1].Sub(began) != timeout {
+		t.Errorf("signals %v at %v; want SIGTERM and SIGKILL at the stop timeout %v", sent, at, timeout)
+	}
+}
+
 // A proxy that quits when asked is not signalled at all.
 func TestStopByQuit(t *testing.T) {
 	var escalated atomic.Bool

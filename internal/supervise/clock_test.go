@@ -2,6 +2,8 @@ package supervise
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/clock/clocktest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
 // The termination's bounds on a fake clock: each test waits until the
@@ -180,6 +183,89 @@ func TestNativeRulesOnTheClock(t *testing.T) {
 				t.Errorf("the stop does not say %q", want)
 			}
 		})
+	}
+}
+
+// A native sidecar's restart hold is --drain-min capped by the drain's
+// bound (docs/design.md): a floor above the bound would hold the proxy
+// past the drain that the kubelet's grace period was fitted to. The hold
+// ends at the bound, to the instant, and stops the proxy.
+func TestNativeHoldIsCappedByTheDrainBound(t *testing.T) {
+	const floor, bound = 30 * time.Second, 4 * time.Second
+	clk := clocktest.New()
+	h := startSupervisor(t, onFakeClock(clk, func(h *harness, c *Config) {
+		native(floor)(h, c)
+		c.DrainTimeout = bound
+	}))
+	h.waitReady()
+	h.listenApp()
+	began := clk.Now()
+	h.signal(syscall.SIGTERM)
+	expectArmed(t, clk, "the hold, cut to the drain's bound", began, bound)
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+	if !h.logged("stop requested", "reason", "SIGTERM: the sidecar restarts while the app runs") {
+		t.Error("the proxy did not stop by the hold")
+	}
+	if slices.Contains(clk.Armed(), began.Add(floor)) {
+		t.Error("a timer is armed for --drain-min past the drain's bound")
+	}
+}
+
+// A SIGTERM after a preStop's drain ended re-checks the drain's condition
+// within what is left of that drain's bound, not a bound of its own
+// (docs/design.md, "Bounds": the sum of the drain and the stop still fits
+// the grace period). A connection opened since holds the re-check until
+// the first drain's start plus --drain-timeout, to the instant, and the
+// proxy stops then. The re-check's checks are paced far apart, so that its
+// only timer is the bound.
+func TestSigtermRecheckGetsWhatIsLeftOfTheBound(t *testing.T) {
+	const bound, later = 20 * time.Second, 15 * time.Second
+	envoyPort := proctest.FreePort(t)
+	clk := clocktest.New()
+	h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) {
+		c.DrainTimeout = bound
+		c.Intervals.DrainTick = time.Hour
+	}), "--listener", fmt.Sprintf("in=127.0.0.1:%d,inbound,tcp", envoyPort))
+	h.waitReady()
+	began := clk.Now()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		if ok, why := h.s.Drain(context.Background()); !ok {
+			t.Errorf("preStop drain: %s", why)
+		}
+	}()
+	// Nothing holds it: it ends after its quiet period. (Not timer by
+	// timer: the admin calls' bounds are on the clock too, and would cut
+	// them.)
+	expectArmed(t, clk, "the preStop drain's quiet period", began, h.cfg.Intervals.DrainQuiet)
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the preStop's drain did not end after its quiet period; armed at %v", since(began, clk.Armed()))
+	}
+	clk.Advance(began.Add(later).Sub(clk.Now()))
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", envoyPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("echo through the fake Envoy: %v", err)
+	}
+	h.signal(syscall.SIGTERM)
+	expectArmed(t, clk, "what is left of the drain's bound", began, bound)
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+	if slices.Contains(clk.Armed(), began.Add(later+bound)) {
+		t.Error("a timer is armed for a whole bound from the SIGTERM")
 	}
 }
 

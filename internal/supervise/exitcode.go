@@ -58,6 +58,12 @@ type Event struct {
 	MidDrain bool
 	// FailOnEnvoyDeath: ProxyExit, --fail-on-envoy-death.
 	FailOnEnvoyDeath bool
+	// Pending: ProxyExit, under --restart-policy OnFailure in a classic
+	// sidecar, a peer is still pending (running, not yet reported, or
+	// failed and awaiting its restart). The kubelet restarts such a container only after a
+	// non-zero code, and the app needs a proxy: an exit 0 nobody asked for
+	// (pilot-agent's, once Envoy crashed) would leave it without one.
+	Pending bool
 	// Actor: ActorFailed, which part failed.
 	Actor string
 }
@@ -78,9 +84,11 @@ type Event struct {
 //	                                        own SIGTERM must not decide the proxy's code
 //	preStop before ever ready               nothing
 //	the proxy exited                        its code; 1 for an exit 0 nobody asked for
-//	                                        under --fail-on-envoy-death
+//	                                        under --fail-on-envoy-death, or while a peer
+//	                                        is pending under OnFailure (classic sidecar)
 //	the proxy exited by itself mid-drain    its code, as above, even after the deletion's
-//	                                        0: the one event that replaces a decision
+//	                                        0 (a preStop's or SIGTERM's, never a verdict's):
+//	                                        the one event that replaces a decision
 //	a part of the supervisor failed         1: it must not exit 0 as if all went well
 //	the proxy could not be started          126 or 127, as a shell
 //
@@ -113,6 +121,12 @@ func decide(e Event, everReady bool) (code int, why string, decisive bool) {
 		}
 		return 0, "preStop", true
 	case ProxyExit:
+		if e.Code == 0 && !e.Asked && e.Pending {
+			// Under OnFailure the kubelet would not restart the proxy's
+			// container after a 0, and the pending app would run on
+			// without a proxy until the Job's backoff limit or deadline.
+			return 1, "proxy exited 0 unasked while a peer is pending under OnFailure", true
+		}
 		if e.Code == 0 && !e.Asked && e.FailOnEnvoyDeath {
 			// pilot-agent exits 0 within milliseconds of Envoy's death;
 			// an exit nobody asked for is the failure this flag reports.
@@ -141,23 +155,26 @@ func peerFailed(e Event) (code int, why string, decisive bool) {
 	return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
 }
 
-// decision is the exit code the first decisive event fixed, why, and when.
-// The zero value is no decision yet.
+// decision is the exit code the first decisive event fixed, why, when,
+// and the kind of that event. The zero value is no decision yet.
 type decision struct {
 	code    int
 	why     string
 	decided bool
 	at      time.Time
+	kind    EventKind
 }
 
 // take is the decision once e, at time at, has happened. Only the first
 // decisive event decides, so a proxy that crashes while it is stopped after
 // a successful Job still leaves 0, except a proxy that exits by itself in
-// the middle of the drain: the drain was the deletion's (its preStop or
-// SIGTERM decided 0, all well), and a proxy that died under it is not
-// well; its why keeps what it replaced.
+// the middle of the deletion's drain: its preStop or SIGTERM decided 0,
+// all well, and a proxy that died under it is not well; its why keeps what
+// it replaced. A drain that a verdict started for a peer still running
+// under exec replaces nothing: the verdict's code (the Job's success, or
+// the failed peer's) says how the Job went, whatever the proxy did after.
 func (d decision) take(e Event, everReady bool, at time.Time) decision {
-	replaces := d.decided && e.Kind == ProxyExit && e.MidDrain
+	replaces := d.decided && e.Kind == ProxyExit && e.MidDrain && (d.kind == PreStop || d.kind == Signal)
 	if d.decided && !replaces {
 		return d
 	}
@@ -168,5 +185,5 @@ func (d decision) take(e Event, everReady bool, at time.Time) decision {
 	if replaces {
 		why += " during the drain that " + d.why + " started"
 	}
-	return decision{code: code, why: why, decided: true, at: at}
+	return decision{code: code, why: why, decided: true, at: at, kind: e.Kind}
 }

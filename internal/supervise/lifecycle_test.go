@@ -174,17 +174,37 @@ func TestProxyExitsByItself(t *testing.T) {
 		failOnDeath bool
 		code        int
 		decidedBy   string
+		policy      peers.Policy // the harness's (Count 1, Never) when zero
 	}{
-		{"exit code 4", []string{"--exit-after", "200ms", "--exit-code", "4"}, true, false, 4, "proxy exited by itself"},
-		{"exit code 0", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, false, 0, "proxy exited by itself"},
-		{"crash is 128+SIGSEGV", []string{"--crash-after", "200ms"}, true, false, 139, "proxy exited by itself"},
-		{"bad config", []string{"--config-error"}, false, false, 1, "proxy exited by itself"},
-		{"FailOnEnvoyDeath: an unasked exit 0 is 1", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, true, 1, "proxy exited 0 unasked"},
-		{"FailOnEnvoyDeath: other codes stay", []string{"--exit-after", "200ms", "--exit-code", "4"}, true, true, 4, "proxy exited by itself"},
+		{"exit code 4", []string{"--exit-after", "200ms", "--exit-code", "4"}, true, false, 4, "proxy exited by itself", peers.Policy{}},
+		{"exit code 0", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, false, 0, "proxy exited by itself", peers.Policy{}},
+		{"crash is 128+SIGSEGV", []string{"--crash-after", "200ms"}, true, false, 139, "proxy exited by itself", peers.Policy{}},
+		{"bad config", []string{"--config-error"}, false, false, 1, "proxy exited by itself", peers.Policy{}},
+		{"FailOnEnvoyDeath: an unasked exit 0 is 1", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, true, 1, "proxy exited 0 unasked", peers.Policy{}},
+		{"FailOnEnvoyDeath: other codes stay", []string{"--exit-after", "200ms", "--exit-code", "4"}, true, true, 4, "proxy exited by itself", peers.Policy{}},
+		// Issue 38: the kubelet restarts a classic sidecar under OnFailure
+		// only after a non-zero code, and the pending app needs it.
+		{"OnFailure, a peer pending: an unasked exit 0 is 1", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, false, 1,
+			"proxy exited 0 unasked while a peer is pending under OnFailure", peers.Policy{Count: 1, Restart: peers.OnFailure}},
+		{"OnFailure, a peer pending: other codes stay", []string{"--exit-after", "200ms", "--exit-code", "4"}, true, false, 4,
+			"proxy exited by itself", peers.Policy{Count: 1, Restart: peers.OnFailure}},
+		{"OnFailure, before ready: an exit 0 is 1 too", []string{"--init-delay", "1m", "--exit-after", "200ms", "--exit-code", "0"}, false, false, 1,
+			"proxy exited 0 unasked while a peer is pending under OnFailure", peers.Policy{Count: 1, Restart: peers.OnFailure}},
+		// A native sidecar is restarted whatever its code; under Always any
+		// container is.
+		{"OnFailure, a native sidecar: the exit 0 stays", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, false, 0,
+			"proxy exited by itself", peers.Policy{Count: 1, Restart: peers.OnFailure, Native: true}},
+		{"Always: the exit 0 stays", []string{"--exit-after", "200ms", "--exit-code", "0"}, true, false, 0,
+			"proxy exited by itself", peers.Policy{Count: 1, Restart: peers.Always}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := startSupervisor(t, func(_ *harness, c *Config) { c.FailOnEnvoyDeath = tt.failOnDeath }, tt.args...)
+			h := startSupervisor(t, func(_ *harness, c *Config) {
+				c.FailOnEnvoyDeath = tt.failOnDeath
+				if tt.policy.Count > 0 {
+					c.Policy = tt.policy
+				}
+			}, tt.args...)
 			if tt.ready {
 				h.waitReady()
 			}

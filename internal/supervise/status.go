@@ -20,28 +20,41 @@ import (
 // only /healthz/ready flips then.
 func (s *Supervisor) WaitReady(ctx context.Context) (bool, string) {
 	for {
-		st, changed := s.tracker.Status()
-		// DRAINING during our drain is our own /healthcheck/fail
-		// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
-		if st.Ready || st.Reason == "DRAINING" && s.life.draining() {
-			// The tracker tells first, and the readiness actor an instant
-			// later: the app's SIGTERM or preStop that follows this answer
-			// must find the proxy has been ready. A first readiness after a
-			// stop was decided is never noted: the answer waits for ctx,
-			// as for a proxy not ready, and does not spin.
-			select {
-			case <-s.life.readiedCh():
-				return true, ""
-			case <-ctx.Done():
-				return false, s.whyReadyNotTaken()
-			}
+		ready, why, changed := s.readyNow()
+		if ready {
+			return true, ""
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return false, st.Reason
+			// What holds at ctx's end is the answer: a select that finds
+			// both channels ready picks one at random, and a wait of zero
+			// (ctx done on arrival) must not answer a proxy ready for
+			// seconds as not yet noted.
+			ready, why, _ = s.readyNow()
+			return ready, why
 		}
 	}
+}
+
+// readyNow is WaitReady's answer at this instant, and the channel that is
+// closed when it may change.
+func (s *Supervisor) readyNow() (bool, string, <-chan struct{}) {
+	st, changed := s.tracker.Status()
+	// DRAINING during our drain is our own /healthcheck/fail
+	// (--drain-healthcheck-fail): Envoy still carries the app's traffic.
+	if !st.Ready && (st.Reason != "DRAINING" || !s.life.draining()) {
+		return false, st.Reason, changed
+	}
+	// The tracker tells first, and the readiness actor an instant later:
+	// the app's SIGTERM or preStop that follows this answer must find the
+	// proxy has been ready. A first readiness after a stop was decided is
+	// never noted: the answer waits for ctx, as for a proxy not ready, and
+	// does not spin.
+	if readied := s.life.readiedCh(); !isClosed(readied) {
+		return false, s.whyReadyNotTaken(), readied
+	}
+	return true, "", nil
 }
 
 // Complete is POST /v1/complete. The peer's own record is normally on disk
@@ -80,18 +93,24 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	}
 	select {
 	case <-run.done:
+	case <-ctx.Done():
+	}
+	// A drain that has ended is answered as ended, whether or not ctx
+	// ended too: a select that finds both ready picks one at random, and
+	// a wait of zero (ctx done on arrival) after the drain's end must not
+	// answer still-draining.
+	if isClosed(run.done) {
 		if run.result.Why != "" {
 			return run.result.OK(), drainWord(run.result.End) + ": " + run.result.Why
 		}
 		return run.result.OK(), drainWord(run.result.End)
-	case <-ctx.Done():
-		// The server ends the request's ctx when the supervisor stops (the
-		// proxy exited mid-drain): that is no drain going on.
-		if p, why := s.life.current(); p == Stopping || p == Exited {
-			return false, control.Stopped + ": " + why
-		}
-		return false, control.StillDraining
 	}
+	// The server ends the request's ctx when the supervisor stops (the
+	// proxy exited mid-drain): that is no drain going on.
+	if p, why := s.life.current(); p == Stopping || p == Exited {
+		return false, control.Stopped + ": " + why
+	}
+	return false, control.StillDraining
 }
 
 // drainWord is the wire word (control's) for how a drain ended.

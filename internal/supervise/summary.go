@@ -85,13 +85,19 @@ func writeTerminationLog(path, line string, log *slog.Logger) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- writeNonBlocking(path, line, time.Now().Add(truncateFor)) }()
+	var werr error
 	select {
-	case werr := <-done:
-		if werr != nil {
-			log.Info("termination message not written", "path", path, "err", werr)
-		}
+	case werr = <-done:
 	case <-time.After(summaryWait):
-		log.Info("termination message not written: the write did not end in time", "path", path, "bound", summaryWait)
+		select {
+		case werr = <-done: // it ended as the bound passed: what it did holds
+		default:
+			log.Info("termination message not written: the write did not end in time", "path", path, "bound", summaryWait)
+			return
+		}
+	}
+	if werr != nil {
+		log.Info("termination message not written", "path", path, "err", werr)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/reaper"
 )
@@ -206,8 +207,9 @@ func (t *termination) preStop() preStopAnswer {
 }
 
 // verdictChanged reads the peers' verdict at each turn of the book. Once it
-// settles the job, the exit code is fixed and the proxy stopped, except for
-// a native sidecar, whose end is the kubelet's SIGTERM.
+// settles the job, the exit code is fixed and the proxy stopped (once no
+// peer runs under exec: stopAfterVerdict), except for a native sidecar,
+// whose end is the kubelet's SIGTERM.
 func (t *termination) verdictChanged() {
 	v, turn := t.book.Next()
 	t.verdictTurn = turn
@@ -275,11 +277,33 @@ func (t *termination) deletionDecided() {
 	}
 }
 
-// stopAfterVerdict stops the proxy for a verdict, but a drain under way (a
-// pod deletion) is not cut short: another peer may still be finishing
-// through the proxy. Its end stops the proxy.
+// stopAfterVerdict stops the proxy for a verdict whose code is fixed
+// already, but never under a peer that still runs under exec: under Never
+// one peer's failure settles the verdict while another may still be
+// sending through the proxy, and so may a success under --peers N while
+// another peer runs. The stop then waits as a drain waits for settled
+// peers (drain.PeersEnded, the one rule): the verdict starts the
+// termination's drain, or joins the one under way (a pod deletion's),
+// which ends once no peer runs under exec, within the drain's bound, and
+// its end stops the proxy. With no peer running, and no drain under way,
+// it stops at once, as it does before the proxy was ever ready (it carried
+// no traffic) and once it is stopping.
 func (t *termination) stopAfterVerdict(why string) {
-	if t.life.draining() && t.drain(why, true) != nil {
+	if phase, _ := t.life.current(); phase == Ready {
+		ended, n, err := drain.PeersEnded(t.book.Running)
+		if ended {
+			t.stop(why)
+			return
+		}
+		attrs := []any{"reason", why, "drain_timeout", t.cfg.DrainTimeout}
+		if err != nil {
+			attrs = append(attrs, "peers_err", err)
+		} else {
+			attrs = append(attrs, "peers_running", n)
+		}
+		t.log.Info("the exit code is fixed, but a peer may still run under exec; the proxy stops once none does, within the drain's bound", attrs...)
+	}
+	if t.drain(why, true) != nil {
 		return
 	}
 	t.stop(why)
@@ -378,7 +402,7 @@ func (t *termination) leaderExited(e reaper.Exit) (hold bool) {
 	if run := t.life.drainRunning(); run == nil || isClosed(run.done) {
 		return false
 	}
-	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), MidDrain: true, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath, Pending: t.pendingUnderOnFailure()})
 	if !envoyUp {
 		return false
 	}
@@ -399,7 +423,7 @@ func (t *termination) proxyExited(e reaper.Exit) {
 	from, _ := t.life.move(Exited, e.String())
 	asked := from == Stopping
 	t.m.exits.With(fmt.Sprint(e.Code())).Inc()
-	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath})
+	t.life.record(Event{Kind: ProxyExit, Code: e.Code(), Asked: asked, FailOnEnvoyDeath: t.cfg.FailOnEnvoyDeath, Pending: t.pendingUnderOnFailure()})
 
 	v := t.life.snapshot()
 	attrs := []any{"pid", t.proc.Pid(), "status", e.String(), "code", e.Code(), "exit_code", v.code, "decided_by", v.decidedBy}
@@ -410,6 +434,18 @@ func (t *termination) proxyExited(e reaper.Exit) {
 	if at := t.book.SettledAt(); !at.IsZero() {
 		t.m.completionTo.Set(time.Since(at).Seconds())
 	}
+}
+
+// pendingUnderOnFailure reports whether an exit 0 of the proxy's container
+// would leave a pending peer without a proxy: under the pod's OnFailure the
+// kubelet restarts a classic sidecar, a regular container, only after a
+// non-zero code, while the verdict is not settled (a peer runs, has not
+// reported, or failed and awaits its restart). A native sidecar is
+// restarted whatever its code, and under Never or Always the code changes
+// no restart, so there the proxy's own code stands.
+func (t *termination) pendingUnderOnFailure() bool {
+	p := t.cfg.Policy
+	return p.Restart == peers.OnFailure && !p.Native && !t.book.Verdict().Settled
 }
 
 func isClosed(ch <-chan struct{}) bool {
