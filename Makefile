@@ -3,11 +3,14 @@ GO      ?= go
 BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
+# The supervisor starts at its signal guard (cmd/proxy-supervisor/internal/
+# earlysig/entry.go): every build of it passes this, images/ too.
+ENTRY   = -E=proxy_supervisor_entry
 
-.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet fuzz bench clean image docs
+.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs
 
 build:
-	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
+	$(GO) build -trimpath -ldflags "-s -w $(ENTRY) -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
 	cd e2e && $(GO) build -trimpath -o $(abspath $(BIN))/fake-envoy ./cmd/fake-envoy
 
 # A local run of the pod lifecycle against the fake Envoy.
@@ -16,38 +19,72 @@ demo: build
 
 # Every check, one stage after the other, each between a line that names it
 # and one that gives its result and time (scripts/stage.sh): go vet and
-# gofmt; the deploy/ checks (test-deploy); every fuzz target for a few
-# seconds (fuzz); pilot-agent from Istio's module, which e2e's comparison of
-# drains and the kubelet suite run (a minute cold); the unit tests, the fake
-# Envoy's tests and the pod-sandbox
+# gofmt; the deploy/ checks (test-deploy); pilot-agent from Istio's module,
+# which e2e's comparison of drains and the kubelet suite run, built from
+# deploytest's go.mod with its flags so that it reuses what test-deploy
+# compiled (under a minute then); every fuzz target for a few seconds
+# (fuzz); the unit tests, the fake Envoy's tests and the pod-sandbox
 # end-to-end tests under the race detector (test-race); the pod tests once
 # more against the binaries as shipped (test-static); last the pods in a
 # real kubelet (test-kubelet), whose table of scenarios ends the output.
+# The kubelet and the control plane (kubelet-builds, about 23 minutes cold
+# on 2 busy cores, nothing they compile shared with another stage) build in
+# the background from after pilot-agent, at niceness 19 (scripts/
+# background.sh), in the CPU the stages leave idle; the stage before
+# test-kubelet waits for them (at niceness 0 then) and prints their log,
+# their failure failing make test.
 # The go test runs print through scripts/test-summary: a line per package with
 # its counts, every skipped test with its reason, every failed test whole.
 STAGE   = bash scripts/stage.sh
+BG      = bash scripts/background.sh
 SUMMARY = GO=$(GO) $(abspath $(BIN))/test-summary
+
+# Each test binary's budget, per stage: the memory that it and the processes
+# it starts hold (file cache aside; the race detector's shadow memory counts),
+# and the disk that the files under its TMPDIR take. scripts/budget (go
+# test's -exec) runs each binary in a memory cgroup of its own, with a hard
+# limit a little above the budget, and a TMPDIR of its own; an overrun stops
+# the binary and fails the test that was running, with the figure, and each
+# package's line ends with its peaks. Measured peaks and the reasons for
+# these figures: README's "More on the tests". Override one from the
+# environment or make's command line: BUDGET_E2E_RACE="-memory 8GiB -disk 2GiB".
+BUDGET_UNIT     ?= -memory 1GiB -disk 1GiB
+# e2e's disk: TestLargeTerminationLogGetsTheLineAndHoldsNoExit fallocates a
+# 16 GiB termination log (blocks reserved, never written): a cut that slow
+# is what it holds the product to.
+BUDGET_E2E_RACE ?= -memory 4GiB -disk 18GiB
+BUDGET_E2E      ?= -memory 1GiB -disk 18GiB
+BUDGET_DEPLOY   ?= -memory 1GiB -disk 512MiB
+BUDGET_KUBELET  ?= -memory 6GiB -disk 4GiB
+budget = -exec "$(abspath $(BIN))/budget -name $(1) $($(1))"
 
 test: tools
 	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
 	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
-	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
 	@$(STAGE) "pilot-agent from Istio's module (scripts/pilot-agent.sh)" bash scripts/pilot-agent.sh
+	@$(BG) start kubelet-builds $$PPID $(MAKE) --no-print-directory kubelet-builds
+	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
 	@$(STAGE) "unit tests, then the fake Envoy's and the pod-sandbox tests (e2e/), under -race" $(MAKE) --no-print-directory test-race
 	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
+	@$(STAGE) "the kubelet and the control plane, built in the background (kubelet-builds)" $(BG) wait kubelet-builds $$PPID
 	@$(STAGE) "the deploy/ pods in a real kubelet (kubelettest/)" $(MAKE) --no-print-directory test-kubelet
 
-# The test runs' printer (scripts/test-summary).
+# The test runs' printer (scripts/test-summary) and their budget
+# (scripts/budget).
 tools:
 	$(GO) build -o $(BIN)/test-summary ./scripts/test-summary
+	$(GO) build -o $(BIN)/budget ./scripts/budget
 
 # go vet in the product's module and in the test module (e2e/); gofmt over
 # the whole tree, deploytest/ and kubelettest/ included (their vet runs in
-# their own targets).
+# their own targets); and kubelettest/'s dependencies at deploytest/'s
+# versions, so that test-kubelet reuses what test-deploy compiled
+# (scripts/modshare.sh).
 lint:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	bash scripts/modshare.sh
 
 # The unit tests, then the test module (e2e/): the fake Envoy's tests and the
 # pod-sandbox end-to-end tests (those need root for namespaces; they skip
@@ -56,20 +93,28 @@ lint:
 # race in a process a test drives fails that test. The pod tests mostly wait
 # on processes, so more of them run at once than there are cores.
 test-race: tools
-	CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m ./...
-	cd e2e && CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m ./...
+	CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m $(call budget,BUDGET_UNIT) ./...
+	cd e2e && CGO_ENABLED=1 $(SUMMARY) -race -count=1 -parallel 8 -timeout 20m $(call budget,BUDGET_E2E_RACE) ./...
 
 # The pod tests once more against the binaries as shipped (static,
 # CGO_ENABLED=0).
 test-static: tools
-	cd e2e && $(SUMMARY) -count=1 -parallel 8 -timeout 10m .
+	cd e2e && $(SUMMARY) -count=1 -parallel 8 -timeout 10m $(call budget,BUDGET_E2E) .
 
 # The deploy/ manifests, the Istio injection template (rendered by Istio's
 # own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
 # (deploytest/) so that istio.io/istio and k8s.io/api never reach the
 # binary's. A cold build of it takes minutes; later runs use the build cache.
 test-deploy: tools
-	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m ./...
+	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m $(call budget,BUDGET_DEPLOY) ./...
+
+# The kubelet and the control plane alone, into the user's cache
+# (kubelettest/'s TestMain under PS_KUBELETTEST_BUILD_ONLY=1 builds them and
+# runs no test; it builds nothing where the suite would skip), within the
+# suite's budget as when the suite builds them: make test runs it in the
+# background, where niceness 19 can stretch it (hence -timeout 90m).
+kubelet-builds: tools
+	cd kubelettest && PS_KUBELETTEST_BUILD_ONLY=1 $(GO) test -v -count=1 -run '^$$' -timeout 90m $(call budget,BUDGET_KUBELET) .
 
 # The deploy/ manifests' pods in a real kubelet (kubelettest/, its own module):
 # containerd, runc and a standalone kubelet in their own namespaces. It needs
@@ -81,12 +126,13 @@ test-deploy: tools
 # as the supervisor's child, and the control plane of its cluster mode
 # (kube-apiserver, kube-controller-manager, kube-scheduler: about 15 minutes
 # cold on 2 busy cores) with Debian's etcd-server unpacked beside them.
-# -timeout counts those builds too (TestMain makes them before any test).
+# -timeout counts those builds too (TestMain makes them before any test;
+# under make test, kubelet-builds has made the kubelet and the control plane).
 # Its output ends with a table: each scenario's result, the pod's phases,
 # the containers' exit codes and its timings. The pods mostly wait, so all
 # of them run at once.
 test-kubelet: tools
-	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel 16 -timeout 60m ./...
+	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel 16 -timeout 60m $(call budget,BUDGET_KUBELET) ./...
 
 # Every fuzz target for FUZZTIME each (3 s: about a minute and a half in
 # all on 2 cores), after its seed corpus in testdata/fuzz/.

@@ -1,9 +1,13 @@
 // Command test-summary runs `go test -json` with the given arguments and
 // prints what a reader of CI's log needs: each package's result with its
 // counts and time, every skipped test with its reason, every failed test
-// with its whole output, and the packages' own output (a TestMain's lines),
-// as they happen. Without it a skip inside a package is invisible, and -v
-// buries it among thousands of lines. It exits with go test's code.
+// with its whole output (past 8 MiB, its first and last 4), and the
+// packages' own output (a TestMain's lines), as they happen. Without it a
+// skip inside a package is invisible, and -v buries it among thousands of
+// lines. Where the test binaries run under
+// scripts/budget (go test -exec), each package's line ends with the peak
+// memory and disk of its test binary beside its budget, and the closing
+// line with the largest of them. It exits with go test's code.
 //
 //	go run ./scripts/test-summary -race -count=1 ./...
 package main
@@ -18,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/scripts/internal/budgetline"
 	"github.com/proxy-supervisor/proxy-supervisor/scripts/internal/testjson"
 )
 
@@ -55,9 +60,55 @@ type counts struct{ pass, skip, fail int }
 
 type summary struct {
 	w      io.Writer
-	output map[string][]string // by package and test: the test's output
-	counts map[string]*counts  // by package
+	output map[string]*output         // by package and test: the test's output
+	counts map[string]*counts         // by package
+	peaks  map[string]budgetline.Peak // by package: scripts/budget's report
 }
+
+// keep is how much of a running test's output is held, at its start and
+// again at its end: every test that runs at once holds its own, and a
+// test's output grows with how long it runs (one that logs every poll of
+// a fault until its deadline) and with its processes' (each up to 3 MiB
+// with proctest).
+const keep = 4 << 20
+
+// output is a test's output as it comes: whole up to twice keep, else its
+// first and last keep bytes of lines around a line that says what is cut.
+type output struct {
+	head, tail   []string
+	headN, tailN int // their bytes
+	cut, cutN    int // lines and bytes dropped between them
+}
+
+func (o *output) add(s string) {
+	if o.cut == 0 && len(o.tail) == 0 && o.headN+len(s) <= keep {
+		o.head = append(o.head, s)
+		o.headN += len(s)
+		return
+	}
+	o.tail = append(o.tail, s)
+	o.tailN += len(s)
+	for o.tailN > keep && len(o.tail) > 1 {
+		o.cut++
+		o.cutN += len(o.tail[0])
+		o.tailN -= len(o.tail[0])
+		o.tail = o.tail[1:]
+	}
+}
+
+// lines are the output's lines as kept, with the cut's.
+func (o *output) lines() []string {
+	if o == nil {
+		return nil
+	}
+	if o.cut == 0 {
+		return append(o.head[:len(o.head):len(o.head)], o.tail...)
+	}
+	cut := fmt.Sprintf("[test-summary: %d lines (%d bytes) of the output cut here]\n", o.cut, o.cutN)
+	return append(append(o.head[:len(o.head):len(o.head)], cut), o.tail...)
+}
+
+func (o *output) String() string { return strings.Join(o.lines(), "") }
 
 // total prints the counts of every package on one line, in the plain form
 // that CI's log reader takes for a test runner's closing line.
@@ -68,11 +119,37 @@ func (s *summary) total() {
 		all.skip += c.skip
 		all.fail += c.fail
 	}
-	fmt.Fprintf(s.w, "summary: %d passed, %d failed, %d skipped\n", all.pass, all.fail, all.skip)
+	fmt.Fprintf(s.w, "summary: %d passed, %d failed, %d skipped%s\n", all.pass, all.fail, all.skip, s.largestPeaks())
+}
+
+// largestPeaks is the largest peak memory and disk of a package's test
+// binary, each with its budget and package.
+func (s *summary) largestPeaks() string {
+	var mem, disk budgetline.Peak
+	var memPkg, diskPkg string
+	for pkg, p := range s.peaks {
+		if memPkg == "" || p.Memory > mem.Memory || (p.Memory == mem.Memory && pkg < memPkg) {
+			mem, memPkg = p, pkg
+		}
+		if diskPkg == "" || p.Disk > disk.Disk || (p.Disk == disk.Disk && pkg < diskPkg) {
+			disk, diskPkg = p, pkg
+		}
+	}
+	if memPkg == "" {
+		return ""
+	}
+	return fmt.Sprintf("; peak memory %s (%s), disk %s (%s)", ofBudget(mem.Memory, mem.MemoryBudget), memPkg, ofBudget(disk.Disk, disk.DiskBudget), diskPkg)
+}
+
+func ofBudget(n, budget int64) string {
+	if budget == 0 {
+		return budgetline.FormatSize(n) + " of no budget"
+	}
+	return budgetline.FormatSize(n) + " of " + budgetline.FormatSize(budget)
 }
 
 func newSummary(w io.Writer) *summary {
-	return &summary{w: w, output: map[string][]string{}, counts: map[string]*counts{}}
+	return &summary{w: w, output: map[string]*output{}, counts: map[string]*counts{}, peaks: map[string]budgetline.Peak{}}
 }
 
 func (s *summary) read(r io.Reader) {
@@ -90,13 +167,22 @@ func (s *summary) event(e testjson.Event) {
 	case "build-output":
 		fmt.Fprint(s.w, e.Output)
 	case "output":
+		if p, ok := budgetline.ParsePeak(e.Output); ok {
+			s.peaks[e.Package] = p
+			return
+		}
 		if e.Test == "" {
 			if !goTestsOwn(e.Output) {
 				fmt.Fprint(s.w, e.Output)
 			}
 			return
 		}
-		s.output[key] = append(s.output[key], e.Output)
+		o := s.output[key]
+		if o == nil {
+			o = &output{}
+			s.output[key] = o
+		}
+		o.add(e.Output)
 	case "pass", "skip", "fail":
 		if e.Test == "" {
 			s.packageDone(e, c)
@@ -107,10 +193,10 @@ func (s *summary) event(e testjson.Event) {
 			c.pass++
 		case "skip":
 			c.skip++
-			fmt.Fprintf(s.w, "    SKIP %s %s: %s\n", e.Package, e.Test, reason(s.output[key]))
+			fmt.Fprintf(s.w, "    SKIP %s %s: %s\n", e.Package, e.Test, reason(s.output[key].lines()))
 		case "fail":
 			c.fail++
-			fmt.Fprintf(s.w, "--- FAIL %s %s (%s)\n%s", e.Package, e.Test, secs(e.Elapsed), strings.Join(s.output[key], ""))
+			fmt.Fprintf(s.w, "--- FAIL %s %s (%s)\n%s", e.Package, e.Test, secs(e.Elapsed), s.output[key])
 		}
 		delete(s.output, key)
 	}
@@ -135,6 +221,9 @@ func (s *summary) packageDone(e testjson.Event, c *counts) {
 		if c.fail > 0 {
 			fmt.Fprintf(s.w, ", %d failed", c.fail)
 		}
+		if p, ok := s.peaks[e.Package]; ok {
+			fmt.Fprintf(s.w, "; peak memory %s, disk %s", ofBudget(p.Memory, p.MemoryBudget), ofBudget(p.Disk, p.DiskBudget))
+		}
 		fmt.Fprintln(s.w)
 	}
 }
@@ -154,7 +243,7 @@ func (s *summary) unfinished(pkg string, c *counts) {
 	for _, key := range keys {
 		c.fail++
 		_, test, _ := strings.Cut(key, " ")
-		fmt.Fprintf(s.w, "--- FAIL %s %s (did not finish)\n%s", pkg, test, strings.Join(s.output[key], ""))
+		fmt.Fprintf(s.w, "--- FAIL %s %s (did not finish)\n%s", pkg, test, s.output[key])
 		delete(s.output, key)
 	}
 }
