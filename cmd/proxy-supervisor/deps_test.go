@@ -74,6 +74,18 @@ func TestBinaryUnderItsCeiling(t *testing.T) {
 // listens take parsed addresses instead. go list -deps cannot tell, since
 // net imports dnsmessage either way: the linker's symbols can.
 func TestBinaryLinksNoResolver(t *testing.T) {
+	_, syms := binarySymbols(t)
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "net.(*Resolver).") || strings.HasPrefix(s.Name, "vendor/golang.org/x/net/dns/dnsmessage.(*") {
+			t.Fatalf("the binary links %s; find the resolving dial or listen with: go build -ldflags=-dumpdep ./cmd/proxy-supervisor 2>&1 | grep -E -- '-> net\\.(Dial|DialTimeout|Listen|ListenPacket|\\(\\*Dialer\\)\\.(Dial|DialContext)|\\(\\*ListenConfig\\)\\.Listen)$'", s.Name)
+		}
+	}
+}
+
+// binarySymbols builds the binary unstripped and returns its ELF entry
+// and its symbols.
+func binarySymbols(t *testing.T) (uint64, []elf.Symbol) {
+	t.Helper()
 	f, err := elf.Open(buildSupervisor(t, ""))
 	if err != nil {
 		t.Fatal(err)
@@ -83,11 +95,7 @@ func TestBinaryLinksNoResolver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range syms {
-		if strings.HasPrefix(s.Name, "net.(*Resolver).") || strings.HasPrefix(s.Name, "vendor/golang.org/x/net/dns/dnsmessage.(*") {
-			t.Fatalf("the binary links %s; find the resolving dial or listen with: go build -ldflags=-dumpdep ./cmd/proxy-supervisor 2>&1 | grep -E -- '-> net\\.(Dial|DialTimeout|Listen|ListenPacket|\\(\\*Dialer\\)\\.(Dial|DialContext)|\\(\\*ListenConfig\\)\\.Listen)$'", s.Name)
-		}
-	}
+	return f.Entry, syms
 }
 
 // The binary starts at the signal guard (earlysig/entry.go), as the
@@ -98,19 +106,11 @@ func TestBinaryEntersAtTheGuard(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			t.Setenv("GOARCH", arch)
 			t.Setenv("GOOS", "linux")
-			f, err := elf.Open(buildSupervisor(t, ""))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			syms, err := f.Symbols()
-			if err != nil {
-				t.Fatal(err)
-			}
+			entry, syms := binarySymbols(t)
 			for _, s := range syms {
 				if s.Name == "proxy_supervisor_entry" {
-					if s.Value != f.Entry {
-						t.Fatalf("the ELF entry is %#x, the guard is at %#x", f.Entry, s.Value)
+					if s.Value != entry {
+						t.Fatalf("the ELF entry is %#x, the guard is at %#x", entry, s.Value)
 					}
 					return
 				}
