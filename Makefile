@@ -1,16 +1,34 @@
 # proxy-supervisor: build, demo, test and benchmark.
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED = 0
 # The supervisor starts at its signal guard (cmd/proxy-supervisor/internal/
 # earlysig/entry.go): every build of it passes this, images/ too.
 ENTRY   = -E=proxy_supervisor_entry
+# The build's version, commit and date, which --version prints and
+# proxy_supervisor_build_info carries (scripts/version.sh says how each is
+# found): the release tag's version (v0.1.0 gives 0.1.0), or VERSION's
+# release with the commit after a + (0.1.0+g65c9c78a0984), or VERSION's
+# alone outside git, so that a source archive builds the same version; the
+# date is SOURCE_DATE_EPOCH's when set. Each is computed when first used,
+# once, and only when not given (make VERSION=dev).
+ifeq ($(origin VERSION),undefined)
+VERSION    = $(eval VERSION := $(shell sh scripts/version.sh version))$(VERSION)
+endif
+ifeq ($(origin COMMIT),undefined)
+COMMIT     = $(eval COMMIT := $(shell sh scripts/version.sh commit))$(COMMIT)
+endif
+ifeq ($(origin BUILD_DATE),undefined)
+BUILD_DATE = $(eval BUILD_DATE := $(shell sh scripts/version.sh date))$(BUILD_DATE)
+endif
+LDFLAGS = -s -w $(ENTRY) -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+# An image tag cannot hold a +: the build metadata's + becomes _ there.
+TAG     = $(subst +,_,$(VERSION))
 
 .PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs
 
 build:
-	$(GO) build -trimpath -ldflags "-s -w $(ENTRY) -X main.version=$(VERSION)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
 	cd e2e && $(GO) build -trimpath -o $(abspath $(BIN))/fake-envoy ./cmd/fake-envoy
 
 # A local run of the pod lifecycle against the fake Envoy.
@@ -153,13 +171,14 @@ docs:
 # ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
 REGISTRY      ?= proxy-supervisor
 ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
+BUILD_ARGS     = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE)
 image:
 	docker build -f images/proxy.Dockerfile --build-arg ISTIO_VERSION=$(ISTIO_VERSION) \
-		--build-arg VERSION=$(VERSION) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(VERSION) .
-	docker build -f images/client.Dockerfile --build-arg VERSION=$(VERSION) \
-		-t $(REGISTRY)/client:$(VERSION) .
-	docker build -f images/envoy.Dockerfile --build-arg VERSION=$(VERSION) \
-		-t $(REGISTRY)/envoy:$(VERSION) .
+		$(BUILD_ARGS) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(TAG) .
+	docker build -f images/client.Dockerfile $(BUILD_ARGS) \
+		-t $(REGISTRY)/client:$(TAG) .
+	docker build -f images/envoy.Dockerfile $(BUILD_ARGS) \
+		-t $(REGISTRY)/envoy:$(TAG) .
 
 # Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
 # pattern, the shell loops), then docs/benchmarks.md's current run and

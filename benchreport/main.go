@@ -331,10 +331,13 @@ func render(r *report, svg string) string {
 }
 
 // dirty reports whether the run measured a tree with uncommitted changes:
-// the version the binary prints then ends in -dirty (see the machine line).
+// the version the binary prints then says so (see the machine line): a
+// dirty identifier in its build metadata (0.1.0+g65c9c78a0984.dirty,
+// 0.1.0+dirty; scripts/version.sh), or git describe's -dirty of the
+// binaries built before it.
 func (r *report) dirty() bool {
 	for _, l := range r.machine {
-		if strings.Contains(l, "-dirty") {
+		if strings.Contains(l, ".dirty") || strings.Contains(l, "+dirty") || strings.Contains(l, "-dirty") {
 			return true
 		}
 	}

@@ -26,8 +26,22 @@ func TestRenderMarksADirtyTreeAndNamesEachCommand(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
 		}
 	}
-	r.machine = []string{"measured: proxy-supervisor 1a2b3c4 (no uncommitted changes to tracked files)"}
-	if out := render(r, "benchmarks.svg"); strings.Contains(out, "Not a report of a commit") {
-		t.Errorf("a clean tree's run is marked dirty:\n%s", out)
+	for _, dirty := range []string{
+		"measured: proxy-supervisor 0.1.0+g65c9c78a0984.dirty (commit 65c9c78a0984dc6e083225f2a0a83b39c8c63599, date 2026-12-01T23:00:00Z, go1.26.8) (1 file changed)",
+		"measured: proxy-supervisor 0.1.0+dirty (commit 65c9c78a0984dc6e083225f2a0a83b39c8c63599, date 2026-12-01T23:00:00Z, go1.26.8) (1 file changed)",
+	} {
+		r.machine = []string{dirty}
+		if out := render(r, "benchmarks.svg"); !strings.Contains(out, "Not a report of a commit") {
+			t.Errorf("%q: a dirty tree's run is not marked:\n%s", dirty, out)
+		}
+	}
+	for _, clean := range []string{
+		"measured: proxy-supervisor 1a2b3c4 (no uncommitted changes to tracked files)",
+		"measured: proxy-supervisor 0.1.0+3.g65c9c78a0984 (commit 65c9c78a0984dc6e083225f2a0a83b39c8c63599, date 2026-12-01T23:00:00Z, go1.26.8) (no uncommitted changes to tracked files)",
+	} {
+		r.machine = []string{clean}
+		if out := render(r, "benchmarks.svg"); strings.Contains(out, "Not a report of a commit") {
+			t.Errorf("%q: a clean tree's run is marked dirty:\n%s", clean, out)
+		}
 	}
 }

@@ -28,8 +28,15 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -E=proxy_supervisor_entry -X main.version=${VERSION}" \
+COPY VERSION ./
+# make image passes VERSION, COMMIT and BUILD_DATE (scripts/version.sh);
+# without them the version is the VERSION file's release, as a source
+# archive's build says, and the commit and date are unknown.
+ARG VERSION=
+ARG COMMIT=
+ARG BUILD_DATE=
+RUN CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -E=proxy_supervisor_entry -X main.version=${VERSION:-$(cat VERSION)} -X main.commit=${COMMIT} -X main.date=${BUILD_DATE}" \
     -o /out/proxy-supervisor ./cmd/proxy-supervisor
 
 FROM ${BINARY} AS binary

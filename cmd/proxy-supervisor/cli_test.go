@@ -15,7 +15,9 @@ import (
 // tools do; -v is not the version (it means verbose there), and says where
 // the version is.
 func TestVersion(t *testing.T) {
-	want := fmt.Sprintf("proxy-supervisor %s (%s)\n", version, runtime.Version())
+	defer func(v, c, d string) { version, commit, date = v, c, d }(version, commit, date)
+	version, commit, date = "0.1.0+3.g65c9c78a0984", "65c9c78a0984dc6e083225f2a0a83b39c8c63599", "2026-11-27T11:43:09Z"
+	want := fmt.Sprintf("proxy-supervisor 0.1.0+3.g65c9c78a0984 (commit 65c9c78a0984dc6e083225f2a0a83b39c8c63599, date 2026-11-27T11:43:09Z, %s)\n", runtime.Version())
 	for _, args := range [][]string{{"--version"}, {"-version"}, {"version"}} {
 		var out, errw bytes.Buffer
 		if code := run(args, envOf(nil), &out, &errw); code != 0 || out.String() != want || errw.Len() != 0 {

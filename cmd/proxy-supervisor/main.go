@@ -34,9 +34,6 @@ import (
 	_ "github.com/proxy-supervisor/proxy-supervisor/cmd/proxy-supervisor/internal/earlysig"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	tuneRuntime(os.Getenv)
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -147,15 +144,6 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %-10s %s\n", moment, c.name, c.about)
 	}
 	fmt.Fprintln(w, "\nRun 'proxy-supervisor COMMAND --help' for a command's flags.")
-}
-
-func runVersion(args []string, env func(string) string, stdout, stderr io.Writer) int {
-	f := newFlags("version", "version", "Prints this binary's version, and the Go release that built it, on one line.")
-	if code, done := parseFlagsOnly(f, args, env, stdout, stderr); done || f.checkOnly() {
-		return code
-	}
-	fmt.Fprintf(stdout, "proxy-supervisor %s (%s)\n", version, runtime.Version())
-	return 0
 }
 
 // parseOrExit parses a command's flags. It returns done=true with the exit

@@ -62,6 +62,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	defer logw.Close(logFlush)
 	cfg.Log = newLogger(logw, o.logFormat.val)
 	cfg.Signals = sigs
+	cfg.Build = binaryBuild()
 	o.logStart(cfg.Log)
 	return supervised(cfg, *o.install)
 }

@@ -30,6 +30,9 @@ type meters struct {
 
 func newMeters(s *Supervisor) *meters {
 	r := metrics.NewRegistry()
+	b := s.cfg.Build
+	r.GaugeVec("proxy_supervisor_build_info", "1, with the version, commit, build date and Go release of the binary as labels.",
+		"version", "commit", "date", "goversion").With(b.Version, b.Commit, b.Date, b.GoVersion).Set(1)
 	m := &meters{
 		reg:          r,
 		state:        r.GaugeVec("proxy_supervisor_state", "The lifecycle state: 1 for the current one.", "state"),

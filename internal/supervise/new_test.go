@@ -66,3 +66,20 @@ func TestRunThatCannotBindForksNothing(t *testing.T) {
 		t.Errorf("termination message %q, want exit 1 with the error", b)
 	}
 }
+
+// /metrics names the binary from New on: proxy_supervisor_build_info, 1,
+// labelled with the build the command gave, the fields of its version line.
+func TestBuildInfoMetric(t *testing.T) {
+	h := setup(t, func(_ *harness, c *Config) {
+		c.Build = Build{Version: "0.1.0+g65c9c78a0984", Commit: "65c9c78a0984dc6e083225f2a0a83b39c8c63599", Date: "2026-12-01T23:00:00Z", GoVersion: "go1.26.8"}
+	})
+	var b strings.Builder
+	if _, err := h.s.m.reg.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "# TYPE proxy_supervisor_build_info gauge\n" +
+		`proxy_supervisor_build_info{version="0.1.0+g65c9c78a0984",commit="65c9c78a0984dc6e083225f2a0a83b39c8c63599",date="2026-12-01T23:00:00Z",goversion="go1.26.8"} 1` + "\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("/metrics lacks\n%s\nin\n%s", want, b.String())
+	}
+}

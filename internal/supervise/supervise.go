@@ -89,12 +89,19 @@ type Config struct {
 	// Run subscribes, and ends its own when it returns.
 	Signals *Signals
 
+	// Build is the binary's, for the proxy_supervisor_build_info metric.
+	Build Build
+
 	Intervals Intervals
 	// Clock times the termination: its windows and bounds, the drain and
 	// the proxy's stop sequence; nil means the system's.
 	Clock clock.Clock
 	Log   *slog.Logger
 }
+
+// Build names the binary that runs: its version, the commit it was built
+// from, its build date (RFC 3339, UTC) and the Go release that built it.
+type Build struct{ Version, Commit, Date, GoVersion string }
 
 // Intervals pace the supervisor's polls. Zero fields mean the defaults,
 // which suit production; tests shorten them so as not to wait on the clock.
