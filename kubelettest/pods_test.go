@@ -302,15 +302,25 @@ func describe(p *corev1.Pod) string {
 // grows with how long it runs, and a fault can make it log without end.
 func (n *node) logs(t *testing.T, name, container string) string {
 	t.Helper()
-	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s-%s/%s", name, nodeName, container))
+	logs, err := n.logsOf(name, container)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return logs
+}
+
+// logsOf is logs, with an error instead of a failed test: for what a
+// failure's message adds.
+func (n *node) logsOf(name, container string) (string, error) {
+	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s-%s/%s", name, nodeName, container))
+	if err != nil {
+		return "", err
 	}
 	defer resp.Body.Close()
 	var body proctest.Buffer
 	_, err = io.Copy(&body, resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body.String())
+		return "", fmt.Errorf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body.String())
 	}
-	return body.String()
+	return body.String(), nil
 }

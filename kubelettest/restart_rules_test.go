@@ -22,6 +22,16 @@ import (
 // starts the pod again from its init containers in the same sandbox, and
 // the restarted supervisor must not take the first run's 42 for the
 // second's. Either way the second run's 0 ends the pod: Succeeded.
+//
+// Each run has its own bound, jobTimeout, as a pod of one run has: the
+// first from the manifest to the app's restart (its restart count, which
+// the kubelet raises as it restarts the app alone or removes every
+// container), the second from there to the final phase. A
+// RestartAllContainers pod starts twice from its init containers, each
+// start at the kubelet's pace, so under one jobTimeout for both a busy
+// node ran out of time in the second run, with the kubelet on its way
+// (a native sidecar not yet stopped after the app's 0, a classic app
+// still in its exec): issue 35.
 func TestRestartRules(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -38,6 +48,13 @@ func TestRestartRules(t *testing.T) {
 			t.Parallel()
 			n := theNode
 			n.run(t, restartPod(t, tc.manifest, tc.name, tc.action))
+			// Registered after run's cleanup, so run before it: the pod is
+			// still there to be asked.
+			t.Cleanup(func() { n.explainFailure(t, tc.name) })
+			n.waitPod(t, tc.name, jobTimeout, "restarted after the app's exit 42", func(p *corev1.Pod) bool {
+				job := status(p, "job")
+				return job != nil && job.RestartCount >= 1 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			})
 			p := n.waitPhase(t, tc.name, jobTimeout, corev1.PodSucceeded)
 			theReport.exits(t, p)
 			job, envoy := status(p, "job"), status(p, "envoy")
@@ -87,8 +104,19 @@ func TestRestartRules(t *testing.T) {
 			}
 			note(t, "the second run: proxy ready → app started %s; restarts: %s, envoy %d, job %d",
 				readyToApp.Round(time.Millisecond), installs, envoy.RestartCount, job.RestartCount)
-			if readyToApp < -50*time.Millisecond || readyToApp > 30*time.Second {
-				t.Fatalf("the second app started %s after its proxy was ready, outside 0 to 30s", readyToApp)
+			if readyToApp < -50*time.Millisecond {
+				t.Fatalf("the second app started %s after its proxy was ready: before it", readyToApp)
+			}
+			// The hook held the app until its proxy was ready: had it
+			// failed, the kubelet would have started a classic app all the
+			// same, or restarted a native sidecar. How long after the
+			// proxy's readiness the app started is the kubelet's pace (and
+			// after a lone Restart, the first run's length too): reported,
+			// not bounded.
+			for _, e := range n.events(t, tc.name) {
+				if strings.Contains(e, `reason="FailedPostStartHook"`) {
+					t.Fatalf("a postStart hook failed: %s", e)
+				}
 			}
 		})
 	}
@@ -127,4 +155,32 @@ func startedOf(n *node, t *testing.T, p *corev1.Pod) time.Time {
 		t.Fatal(err)
 	}
 	return app.started()
+}
+
+// explainFailure adds to a failed test what its pod was doing: the pod's
+// conditions, the kubelet's events about it (a FailedPostStartHook, each
+// Killing and its reason) and what its proxy and its app logged in their
+// current run. A wait that failed has already said the containers' states.
+func (n *node) explainFailure(t *testing.T, name string) {
+	if !t.Failed() {
+		return
+	}
+	var b strings.Builder
+	if p, err := n.pod(name); err != nil || p == nil {
+		fmt.Fprintf(&b, "the pod: %v (nil: %v)\n", err, p == nil)
+	} else {
+		b.WriteString("conditions:\n")
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "  %s=%s %s %s (since %s)\n", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.Format(time.RFC3339))
+		}
+	}
+	fmt.Fprintf(&b, "the kubelet's events:\n  %s\n", strings.Join(n.events(t, name), "\n  "))
+	for _, c := range []string{"envoy", "job"} {
+		logs, err := n.logsOf(name, c)
+		if err != nil {
+			logs = err.Error()
+		}
+		fmt.Fprintf(&b, "the log of %s:\n%s\n", c, logs)
+	}
+	t.Logf("pod %s, as the test failed:\n%s", name, b.String())
 }
