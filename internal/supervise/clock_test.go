@@ -3,7 +3,6 @@ package supervise
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,18 +246,7 @@ func TestSigtermRecheckGetsWhatIsLeftOfTheBound(t *testing.T) {
 		t.Fatalf("the preStop's drain did not end after its quiet period; armed at %v", since(began, clk.Armed()))
 	}
 	clk.Advance(began.Add(later).Sub(clk.Now()))
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", envoyPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err != nil {
-		t.Fatalf("echo through the fake Envoy: %v", err)
-	}
+	defer busyConnection(t, envoyPort).Close()
 	h.signal(syscall.SIGTERM)
 	expectArmed(t, clk, "what is left of the drain's bound", began, bound)
 	if code := h.wait(5 * time.Second); code != 0 {

@@ -236,18 +236,8 @@ func TestSigtermAfterAnEndedDrainChecksAgain(t *testing.T) {
 	if ok, why := h.s.Drain(context.Background()); !ok {
 		t.Fatalf("preStop drain: %s", why)
 	}
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", envoyPort))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := busyConnection(t, envoyPort)
 	defer c.Close()
-	if _, err := c.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err != nil {
-		t.Fatalf("echo through the fake Envoy: %v", err)
-	}
 	h.signal(syscall.SIGTERM)
 	h.eventually("SIGTERM re-checked the drain", func() bool { return h.logged("drain re-checked") })
 	h.running(notEnded)
@@ -282,4 +272,25 @@ func TestLeaderExitAfterTheDrainEnded(t *testing.T) {
 	if h.logged("the proxy's leader exited by itself in the middle of the drain") {
 		t.Error("a leader's exit after the drain's end was taken as mid-drain")
 	}
+}
+
+// busyConnection opens a connection through the fake Envoy's listener on
+// envoyPort and has it echo one byte, so that Envoy counts it busy: what
+// holds a drain.
+func busyConnection(t *testing.T, envoyPort uint16) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", envoyPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		c.Close()
+		t.Fatalf("echo through the fake Envoy: %v", err)
+	}
+	return c
 }
