@@ -18,12 +18,15 @@ const (
 	injectLabel       = "proxy-supervisor.io/inject"
 	envoyConfigAnnot  = "proxy-supervisor.io/envoy-config"
 	admissionPolicyMD = root + "/docs/admission-policy.md"
+	// The validating policy that refuses a pod, labelled or not, whose
+	// restart rules the supervisor is not told of.
+	peerRestartPolicy = "proxy-supervisor-peer-restart"
 )
 
 // The admission policies of deploy/admission-policy/, decoded strictly
-// into the API's types by deployDocs: each binding names its policy, both
-// policies select the pods by the label alone, at their creation, and
-// fail closed; every annotation the mutation reads is one the validation
+// into the API's types by deployDocs: each binding names its policy, the
+// injection's two select the pods by the label alone, at their creation,
+// and the --peer-restart guard every pod; all three fail closed; every annotation the mutation reads is one the validation
 // checks and the adoption page lists, and the page lists no other; the
 // sample Job asks for injection as the page says. The policies' CEL is
 // compiled and run by the real API server in kubelettest's cluster mode.
@@ -33,6 +36,8 @@ func TestAdmissionPolicies(t *testing.T) {
 		mbinding  *admissionv1.MutatingAdmissionPolicyBinding
 		validate  *admissionv1.ValidatingAdmissionPolicy
 		vbinding  *admissionv1.ValidatingAdmissionPolicyBinding
+		guard     *admissionv1.ValidatingAdmissionPolicy // of --peer-restart, over every pod
+		gbinding  *admissionv1.ValidatingAdmissionPolicyBinding
 		job       *batchv1.Job
 		configMap string
 	)
@@ -43,9 +48,17 @@ func TestAdmissionPolicies(t *testing.T) {
 		case *admissionv1.MutatingAdmissionPolicyBinding:
 			mbinding = o
 		case *admissionv1.ValidatingAdmissionPolicy:
-			validate = o
+			if o.Name == peerRestartPolicy {
+				guard = o
+			} else {
+				validate = o
+			}
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
-			vbinding = o
+			if o.Spec.PolicyName == peerRestartPolicy {
+				gbinding = o
+			} else {
+				vbinding = o
+			}
 		case *batchv1.Job:
 			if strings.HasPrefix(d.file, "admission-policy/") {
 				job = o
@@ -54,14 +67,22 @@ func TestAdmissionPolicies(t *testing.T) {
 			configMap = o.Name
 		}
 	}
-	if mutating == nil || mbinding == nil || validate == nil || vbinding == nil || job == nil {
+	if mutating == nil || mbinding == nil || validate == nil || vbinding == nil || guard == nil || gbinding == nil || job == nil {
 		t.Fatal("deploy/admission-policy/ lacks a policy, a binding or the sample Job")
 	}
 	if mbinding.Spec.PolicyName != mutating.Name || vbinding.Spec.PolicyName != validate.Name {
 		t.Errorf("the bindings name %q and %q, the policies are %q and %q", mbinding.Spec.PolicyName, vbinding.Spec.PolicyName, mutating.Name, validate.Name)
 	}
-	if !slices.Equal(vbinding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
-		t.Errorf("the validating binding's actions %q, want Deny: a bad annotation refuses the pod", vbinding.Spec.ValidationActions)
+	for _, b := range []*admissionv1.ValidatingAdmissionPolicyBinding{vbinding, gbinding} {
+		if !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+			t.Errorf("the validating binding %s's actions %q, want Deny: a bad pod is refused", b.Name, b.Spec.ValidationActions)
+		}
+	}
+	// The guard sees every pod at its creation, labelled or not: a pod
+	// written by hand is what it is for.
+	if m := guard.Spec.MatchConstraints; m == nil || m.ObjectSelector != nil || m.NamespaceSelector != nil || len(m.ResourceRules) != 1 ||
+		!slices.Equal(m.ResourceRules[0].Resources, []string{"pods"}) || !slices.Equal(m.ResourceRules[0].Operations, []admissionv1.OperationType{admissionv1.Create}) {
+		t.Errorf("the %s policy's constraints %+v, want every pod at CREATE", peerRestartPolicy, m)
 	}
 	for name, m := range map[string]*admissionv1.MatchResources{"mutating": mutating.Spec.MatchConstraints, "validating": validate.Spec.MatchConstraints} {
 		if m == nil || m.ObjectSelector == nil || !maps.Equal(m.ObjectSelector.MatchLabels, map[string]string{injectLabel: "true"}) || len(m.ObjectSelector.MatchExpressions) > 0 {
@@ -73,7 +94,7 @@ func TestAdmissionPolicies(t *testing.T) {
 			t.Errorf("the %s policy's rules %+v, want pods at CREATE", name, m.ResourceRules)
 		}
 	}
-	for name, p := range map[string]*admissionv1.FailurePolicyType{"mutating": mutating.Spec.FailurePolicy, "validating": validate.Spec.FailurePolicy} {
+	for name, p := range map[string]*admissionv1.FailurePolicyType{"mutating": mutating.Spec.FailurePolicy, "validating": validate.Spec.FailurePolicy, peerRestartPolicy: guard.Spec.FailurePolicy} {
 		if p == nil || *p != admissionv1.Fail {
 			t.Errorf("the %s policy's failurePolicy %v, want Fail: a pod that asked for the proxy is never created without it", name, p)
 		}

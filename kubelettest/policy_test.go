@@ -343,6 +343,45 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		}
 		note(t, "10 bad settings refused, each naming itself")
 	})
+	t.Run("policy-peer-restart", func(t *testing.T) {
+		theReport.of(t)
+		// Injected: the app's own policy and rule reach the supervisor.
+		asking := askingPod("policy-peer-restart")
+		ruled(&asking.Spec.Containers[0])
+		p, err := c.dryRun(ctx, asking)
+		if err != nil {
+			t.Fatalf("a labelled pod with restart rules: %v", err)
+		}
+		wantInjected(t, p)
+		if want := "--peer-restart=app=Never,Restart:In(42,43)"; !slices.Contains(p.Spec.InitContainers[0].Command, want) {
+			t.Fatalf("the injected supervisor's command %q lacks %s", p.Spec.InitContainers[0].Command, want)
+		}
+		// Written by hand, unlabelled: refused without the flag, naming
+		// it, and accepted with it.
+		pod := podFrom(t, "job.yaml", "policy-peer-restart-classic", "/podapp", "get", hello)
+		ruled(container(pod, "job"))
+		// The API server loads a policy asynchronously: until it does,
+		// the pod is accepted.
+		if err := proctest.Poll(time.Minute, func() error {
+			_, err = c.dryRun(ctx, pod)
+			if err == nil {
+				return errNotYet
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("a classic pod with restart rules and no --peer-restart is accepted after 1m")
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "lacks --peer-restart") || !strings.Contains(err.Error(), "container job has restartPolicyRules") {
+			t.Fatalf("a classic pod with restart rules and no --peer-restart: %v, want Invalid naming the flag and the container", err)
+		}
+		t.Logf("refused: %v", err)
+		envoy := container(pod, "envoy")
+		envoy.Command = slices.Insert(envoy.Command, slices.Index(envoy.Command, "--"), "--peer-restart=job=Never,Restart:In(42,43)")
+		if _, err := c.dryRun(ctx, pod); err != nil {
+			t.Fatalf("the same pod with --peer-restart: %v", err)
+		}
+		note(t, "the injection fills --peer-restart; a hand-written pod without it is refused, naming it")
+	})
 	t.Run("policy-strict", func(t *testing.T) {
 		theReport.of(t)
 		// The policies were created with fieldValidation=Strict; a field
@@ -360,6 +399,16 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		}
 		note(t, "strict decoding: the shipped objects accepted, an unknown field refused")
 	})
+}
+
+// ruled gives an app container restartPolicy Never and a Restart rule on
+// the exit codes 42 and 43.
+func ruled(c *corev1.Container) {
+	c.RestartPolicy = ref(corev1.ContainerRestartPolicyNever)
+	c.RestartPolicyRules = []corev1.ContainerRestartRule{{
+		Action:    corev1.ContainerRestartRuleActionRestart,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42, 43}},
+	}}
 }
 
 // createPod creates a pod, returns it as stored, and deletes it at once:
