@@ -196,20 +196,27 @@ func TestPrestopBeforeReady(t *testing.T) {
 	p := newPod(t)
 	sup := p.supervise([]string{"--drain-min", "30s", "--drain-timeout", "30s"}, "--init-delay", "1m")
 	sup.WaitLog("proxy started", soon)
-	start := time.Now()
-	code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir)
-	if code != 0 || !strings.Contains(out, "never ready") {
-		t.Fatalf("prestop before ready: exit %d, %q; want 0 saying the proxy was never ready", code, out)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("prestop took %v before ready; want at once", d)
-	}
+	p.prestopNeverReady()
 	if strings.Contains(sup.Out.String(), "drain started") {
 		t.Fatal("a drain started although the proxy was never ready")
 	}
 	sup.Signal(syscall.SIGTERM)
 	if code := sup.Exit(soon); code != 143 {
 		t.Fatalf("supervisor exit %d, want 143 for SIGTERM before ready", code)
+	}
+}
+
+// prestopNeverReady runs prestop before the proxy's first readiness: it
+// must return 0 at once, saying the proxy was never ready.
+func (p *pod) prestopNeverReady() {
+	p.t.Helper()
+	start := time.Now()
+	code, out := p.client(soon, nil, "prestop", "--control-dir", p.dir)
+	if code != 0 || !strings.Contains(out, "never ready") {
+		p.t.Fatalf("prestop before ready: exit %d, %q; want 0 saying the proxy was never ready", code, out)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		p.t.Fatalf("prestop took %v before ready; want at once", d)
 	}
 }
 

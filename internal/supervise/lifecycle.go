@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
@@ -54,6 +55,7 @@ type drainRun struct {
 	done    chan struct{}
 	started time.Time    // on the supervisor's clock, written before the drain runs
 	result  drain.Result // written before done is closed
+	hinted  atomic.Bool  // the close hints have gone out (drain.Config.Hinted)
 }
 
 // lifecycle is the one owner of the supervisor's phase, of the exit code,
@@ -76,6 +78,11 @@ type lifecycle struct {
 	envoyDown time.Time // when a ready Envoy stopped answering, unasked
 	readyAt   time.Time // when the proxy was first ready
 	decision  decision  // the exit code, once an event has fixed it
+	// earlyPreStop: a preStop came before the first readiness. The pod is
+	// terminating (or the kubelet kills the container, whose SIGTERM then
+	// follows), so a readiness that comes later is never reported to the
+	// kubelet: the termination's drain starts with it (termination.preStop).
+	earlyPreStop bool
 
 	readied chan struct{} // closed once the first readiness is noted and announced
 	moves   []phaseMove   // made under mu, told and logged once it is released
@@ -145,7 +152,18 @@ func (l *lifecycle) record(e Event) (everReady bool) {
 	defer l.mu.Unlock()
 	everReady = !l.readyAt.IsZero()
 	l.decision = l.decision.take(e, everReady, time.Now())
+	if e.Kind == PreStop && !everReady {
+		l.earlyPreStop = true
+	}
 	return everReady
+}
+
+// preStopBeforeReady reports whether a preStop came before the first
+// readiness.
+func (l *lifecycle) preStopBeforeReady() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.earlyPreStop
 }
 
 // becameReady records the proxy's first readiness: when, and the move to

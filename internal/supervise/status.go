@@ -146,6 +146,8 @@ func (s *Supervisor) healthReady() (bool, string) {
 		return false, p.String() + ": " + why
 	case p == Draining:
 		return false, "draining"
+	case s.life.preStopBeforeReady():
+		return false, "draining: a preStop came before the proxy was ready"
 	case !st.Ready:
 		return false, st.Reason
 	case !s.life.everReady():

@@ -74,6 +74,9 @@ type termination struct {
 	stopWhenDrained bool
 	stopTrigger     string
 	recheckDone     chan struct{} // a SIGTERM's re-check of an ended drain
+	// A preStop before the first readiness: the drain starts once the
+	// proxy is ready (readiedCh), if it ever is.
+	readiedAfterPreStop <-chan struct{}
 
 	// What the proxy's leader left in its group, held until the drain
 	// ends (leaderExited).
@@ -126,6 +129,10 @@ func (t *termination) loop() error {
 			t.stop(t.holdWhy)
 		case <-t.drainDone:
 			t.drainEnded()
+		case <-t.readiedAfterPreStop:
+			t.readiedAfterPreStop = nil
+			t.log.Info("the proxy is ready after a preStop: draining at once")
+			t.drain("preStop before the proxy was ready", false)
 		case <-t.recheckDone:
 			t.recheckDone = nil
 			t.stop(t.stopTrigger)
@@ -185,13 +192,19 @@ func (t *termination) stopSignal(sig syscall.Signal) {
 	}
 }
 
-// preStop is the hook's drain: started, or joined. A proxy that is already
-// stopping has nothing left to drain, and one that was never ready has
-// carried no traffic to drain: the hook returns at once, so that the pod's
-// termination is not held up by a proxy that cannot start (Istio #51883).
+// preStop is the hook's drain: started, or joined (a kubelet that restarts
+// replays the hook). A proxy that is already stopping has nothing left to
+// drain, and one that was never ready has carried no traffic to drain: the
+// hook returns at once, so that the pod's termination is not held up by a
+// proxy that cannot start (Istio #51883). Should that proxy become ready
+// after all, the drain starts then, and the kubelet is never told it is
+// ready: a sidecar restarted during the pod's termination (KEP-4438) gets
+// its preStop again, maybe before its proxy is up, and must go straight
+// back to draining.
 func (t *termination) preStop() preStopAnswer {
 	if ready := t.life.record(Event{Kind: PreStop}); !ready {
-		t.log.Info("preStop before the proxy was ever ready: nothing to drain")
+		t.log.Info("preStop before the proxy was ever ready: nothing to drain yet; the drain starts if it becomes ready")
+		t.readiedAfterPreStop = t.life.readiedCh()
 		return preStopAnswer{word: control.NeverReady}
 	}
 	run := t.drain("preStop", false)
