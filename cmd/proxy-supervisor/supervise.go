@@ -84,6 +84,7 @@ type superviseOptions struct {
 	proxyUID               optionalUID
 	allowed                uidList
 	inbound, hcFail        *bool
+	readyUntilHints        *bool
 	envoyDeath             *bool
 	termLog                *string
 	logFormat              *choice
@@ -122,6 +123,7 @@ func superviseFlags() (*flags, *superviseOptions) {
 	f.fs.Var(&o.allowed, "allowed-uids", "comma list of uids that may use the control socket and own completion records; empty allows all")
 	o.inbound = f.fs.Bool("drain-inbound-only", true, "drain only inbound listeners (sidecars); false drains every listener")
 	o.hcFail = f.fs.Bool("drain-healthcheck-fail", false, "also POST /healthcheck/fail at drain (edge proxies health-checked through Envoy); it closes outbound connections too")
+	o.readyUntilHints = f.fs.Bool("drain-ready-until-hints", false, "while draining, keep /healthz/ready as before the drain until the close hints have gone out (Envoy Gateway's order): a Cilium before 1.19 cuts a not-ready terminating pod's connections before any hint")
 	o.envoyDeath = f.fs.Bool("fail-on-envoy-death", false, "exit 1 when the child exits 0 without being asked to stop (pilot-agent exits 0 when Envoy crashes)")
 	o.extraReady = newHTTPURL("", readinessEndpoint, false)
 	f.fs.Var(o.extraReady, "extra-ready-url", "an http:// `URL` that must also answer 200 before the proxy is ready, such as pilot-agent's http://127.0.0.1:15020/healthz/ready; empty: none")
@@ -181,6 +183,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 		DrainDelay:           *o.drainDelay,
 		DrainInboundOnly:     *o.inbound,
 		DrainHealthcheckFail: *o.hcFail,
+		DrainReadyUntilHints: *o.readyUntilHints,
 		ProxyUID:             int(o.proxyUID),
 		AppPorts:             o.appPorts,
 		FailOnEnvoyDeath:     *o.envoyDeath,

@@ -90,9 +90,10 @@ type Config struct {
 	// /healthcheck/fail) back from the drain's start: until the pod has
 	// left every client's endpoints, a hint only sends a client back to
 	// this pod on a new connection. Readiness is withdrawn at once all the
-	// same, and the listeners accept throughout. It ends early once the app
-	// listens on no port: its clients then have nowhere here to come back
-	// to, and a kept connection is better told to go.
+	// same (unless the caller waits for Hinted), and the listeners accept
+	// throughout. It ends early once the app listens on no port: its
+	// clients then have nowhere here to come back to, and a kept
+	// connection is better told to go.
 	Delay time.Duration
 
 	// Call chooses the /drain_listeners request for Envoy's release
@@ -107,6 +108,14 @@ type Config struct {
 	// connection to close, outbound ones included, while the app may still
 	// be finishing an upload through it, so it is off for sidecars.
 	HealthcheckFail bool
+	// Hinted, if set, is called once, on the drain's goroutine, when the
+	// close hints have gone out: Envoy accepted the drain call, or there
+	// is none to make (this release takes none, or Call is nil). Not while
+	// Envoy refuses the call or the release to choose it by is unknown,
+	// and never on a Recheck, whose hints went with the first drain. A
+	// caller that keeps readiness until then (a Cilium before 1.19 cuts a
+	// not-ready terminating backend's connections) must not block it.
+	Hinted func()
 
 	// Running, if set, says how many peers still run under exec (a
 	// running record whose lock is held). Such a peer is the app, alive:
@@ -480,6 +489,9 @@ func (d *drainer) tryDrainListeners(deadline time.Time) {
 		d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
 	default:
 		d.listenersDrained = true
+		if d.cfg.Hinted != nil {
+			d.cfg.Hinted()
+		}
 	}
 }
 

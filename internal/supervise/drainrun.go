@@ -49,9 +49,18 @@ func (s *Supervisor) learnedPorts() []uint16 {
 }
 
 func (t *termination) runDrain(run *drainRun, trigger string) {
-	run.result = drain.Run(t.drainConfig(trigger), t.learnedPorts(), t.book.Settled())
+	cfg := t.drainConfig(trigger)
+	cfg.Hinted = func() { run.hinted.Store(true) }
+	run.result = drain.Run(cfg, t.learnedPorts(), t.book.Settled())
 	t.m.drained(run.result)
 	close(run.done)
+}
+
+// hintsOut reports whether the drain's close hints have gone out, or no
+// longer can: it has ended, or there is none (nil). Until then
+// --drain-ready-until-hints keeps readiness as it was before the drain.
+func (r *drainRun) hintsOut() bool {
+	return r == nil || r.hinted.Load() || isClosed(r.done)
 }
 
 // recheckDrain waits again for the drain's condition, within what is left

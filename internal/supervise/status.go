@@ -144,7 +144,11 @@ func (s *Supervisor) healthReady() (bool, string) {
 	switch {
 	case p == Stopping || p == Exited:
 		return false, p.String() + ": " + why
-	case p == Draining:
+	// --drain-ready-until-hints: a Cilium before 1.19 drops a terminating
+	// backend that turns not ready, and cuts its connections before a
+	// close hint could tell their clients to go. drainRunning is nil once
+	// the phase has moved on, and hintsOut true once the drain has ended.
+	case p == Draining && (!s.cfg.DrainReadyUntilHints || s.life.drainRunning().hintsOut()):
 		return false, "draining"
 	case s.life.preStopBeforeReady():
 		return false, "draining: a preStop came before the proxy was ready"

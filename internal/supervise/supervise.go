@@ -59,6 +59,10 @@ type Config struct {
 	DrainDelay           time.Duration // from the drain's start to its close hints
 	DrainInboundOnly     bool
 	DrainHealthcheckFail bool
+	// DrainReadyUntilHints keeps /healthz/ready as before the drain until
+	// its close hints have gone out or it has ended, not only until it
+	// starts (--drain-ready-until-hints).
+	DrainReadyUntilHints bool
 	// ProxyUID owns the proxy's listening sockets (1337 under Istio); -1:
 	// none. With AppPorts, the admin port and the health port, it tells the
 	// app's ports and connections from the proxy's.
