@@ -109,3 +109,33 @@ func TestSuperviseInstallFails(t *testing.T) {
 		t.Fatalf("termination message %q, want %q and why", msg, want)
 	}
 }
+
+// An emptyDir mounted noexec (KEP-5855) would let the install succeed and
+// every app container then fail to start with runc's bare "permission
+// denied": install, and supervise --install, fail instead with one line
+// that names the mount and the ways out. The tmpfs lives in a private
+// mount namespace of a child (unshare -m).
+func TestInstallRefusesANoexecVolume(t *testing.T) {
+	for _, tool := range []string{"unshare", "mount", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+	volume := t.TempDir()
+	for _, tc := range []struct{ name, cmd string }{
+		{"install", `"$BIN" install "$VOL/bin"`},
+		{"supervise --install", `"$BIN" supervise --install "$VOL/bin" --control-dir "$VOL/ctl" -- /bin/true`},
+	} {
+		script := `mount -t tmpfs -o noexec tmpfs "$VOL" && ` + tc.cmd + `; echo "exit $?"`
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), "VOL="+volume, "BIN="+bin.supervisor)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.name, err, out)
+		}
+		s := string(out)
+		if strings.Contains(s, "exit 0") || !strings.Contains(s, "is on a noexec mount") || !strings.Contains(s, "image volume") {
+			t.Fatalf("%s into a noexec volume: %q, want a failure naming the noexec mount and the ways out", tc.name, s)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 func runInstall(args []string, env func(string) string, stdout, stderr io.Writer) int {
@@ -58,5 +60,24 @@ func install(dir string) (string, error) {
 		return "", fmt.Errorf("copy %s: %w", self, err)
 	}
 	dst := filepath.Join(dir, "proxy-supervisor")
-	return dst, os.Rename(tmp.Name(), dst)
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", err
+	}
+	return dst, runnable(dir)
+}
+
+// runnable fails when dir is on a noexec mount: the app containers, which
+// mount the same volume, could not run the binary from it, and would fail
+// to start with runc's bare "permission denied". An emptyDir with noexec
+// (KEP-5855, alpha in 1.37) or a node whose kubelet directory is noexec
+// does that; the way out is a binary that needs no shared volume.
+func runnable(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Flags&unix.ST_NOEXEC != 0 {
+		return fmt.Errorf("%s is on a noexec mount (an emptyDir with noexec, KEP-5855, or a noexec kubelet directory): app containers cannot run the binary from it; put it in the app's image (COPY --from the client image) or mount it from an image volume (docs/images.md)", dir)
+	}
+	return nil
 }
