@@ -213,6 +213,7 @@ var docFlag = regexp.MustCompile(`(^|[^\w-])--([a-z][a-z0-9-]*[a-z0-9])`)
 var foreignFlags = map[string]string{
 	"drain-time-s":   "envoy",
 	"drain-strategy": "envoy",
+	"concurrency":    "envoy",
 	"unix-socket":    "curl",
 	"fake-version":   "fake-envoy",
 }
