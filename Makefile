@@ -148,11 +148,13 @@ kubelet-builds: tools
 # under make test, kubelet-builds has made the kubelet and the control plane).
 # Its output ends with a table: each scenario's result, the pod's phases,
 # the containers' exit codes and its timings. The pods mostly wait, so more
-# tests run at once than there are cores: four a core (KUBELET_PARALLEL),
-# and TestClusterRollout's rows two a core. Sixteen at once on 2 cores kept
-# the 1-minute load near 100, where a pod's app missed 5 s probes: a node
-# past any real one (README, "More on the tests", gives the load it makes).
-KUBELET_PARALLEL ?= $(shell echo $$(( $$(nproc) * 4 )))
+# tests run at once than there are cores: four a core, at most 16
+# (KUBELET_PARALLEL; nproc does not see a CPU quota, and one node holds 110
+# pods), and TestClusterRollout's rows two a core, at most 5. Sixteen at
+# once on 2 cores kept the 1-minute load near 100, where a pod's app missed
+# 5 s probes: a node past any real one (README, "More on the tests", gives
+# the load it makes).
+KUBELET_PARALLEL ?= $(shell n=$$(( $$(nproc) * 4 )); [ $$n -gt 16 ] && n=16; echo $$n)
 test-kubelet: tools
 	cd kubelettest && $(GO) vet ./... && $(SUMMARY) -count=1 -parallel $(KUBELET_PARALLEL) -timeout 60m $(call budget,BUDGET_KUBELET) ./...
 

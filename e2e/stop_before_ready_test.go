@@ -33,18 +33,7 @@ func TestNoFirstReadinessAfterTheStopIsDecided(t *testing.T) {
 	sup := p.supervise([]string{"--quit-grace", "1s", "--stop-timeout", "3s", "--termination-log", msg},
 		"--stay-initializing", "--hang-on-term", "--control", ctl)
 	sup.WaitLog("proxy started", soon)
-	// The fake's control socket is its own, made as it starts: the test
-	// turns it LIVE through it below. Its file appears at bind, before
-	// the listen, so the wait is for a connection it takes.
-	if !proctest.Until(soon, func() bool {
-		c, err := net.Dial("unix", ctl)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}) {
-		t.Fatalf("the fake Envoy's control socket %s takes no connection", ctl)
-	}
+	waitControl(t, ctl) // the test turns it LIVE through it below
 
 	ran := filepath.Join(p.dir, "ran")
 	// Their bound outlasts the supervisor: they must give up because the
@@ -95,5 +84,21 @@ func TestNoFirstReadinessAfterTheStopIsDecided(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "never ready") {
 		t.Errorf("termination message %q; want it to say never ready", b)
+	}
+}
+
+// waitControl waits until the fake Envoy's control socket ctl takes a
+// connection: it is the fake's own, made as it starts, and its file
+// appears at bind, before the listen.
+func waitControl(t *testing.T, ctl string) {
+	t.Helper()
+	if !proctest.Until(soon, func() bool {
+		c, err := net.Dial("unix", ctl)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatalf("the fake Envoy's control socket %s takes no connection", ctl)
 	}
 }

@@ -356,6 +356,33 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		if want := "--peer-restart=app=Never,Restart:In(42,43)"; !slices.Contains(p.Spec.InitContainers[0].Command, want) {
 			t.Fatalf("the injected supervisor's command %q lacks %s", p.Spec.InitContainers[0].Command, want)
 		}
+		// A rule without codes (values is optional): NotIn() matches
+		// every exit.
+		asking = askingPod("policy-peer-restart-notin")
+		ruled(&asking.Spec.Containers[0])
+		asking.Spec.Containers[0].RestartPolicyRules = append(asking.Spec.Containers[0].RestartPolicyRules, corev1.ContainerRestartRule{
+			Action: corev1.ContainerRestartRuleActionRestartAllContainers, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn}})
+		if p, err = c.dryRun(ctx, asking); err != nil {
+			t.Fatalf("a labelled pod with a rule without codes: %v", err)
+		}
+		if want := "--peer-restart=app=Never,Restart:In(42,43),RestartAllContainers:NotIn()"; !slices.Contains(p.Spec.InitContainers[0].Command, want) {
+			t.Fatalf("the injected supervisor's command %q lacks %s", p.Spec.InitContainers[0].Command, want)
+		}
+		// A container with rules that is no peer (proxy-supervisor.io/peers
+		// lists the app alone): the kubelet's restarts of it decide
+		// nothing, and the pod is accepted without the flag.
+		asking = askingPod("policy-peer-restart-warmer")
+		asking.Annotations["proxy-supervisor.io/peers"] = "app"
+		warmer := asking.Spec.Containers[0]
+		warmer.Name = "warmer"
+		ruled(&warmer)
+		asking.Spec.Containers = append(asking.Spec.Containers, warmer)
+		if p, err = c.dryRun(ctx, asking); err != nil {
+			t.Fatalf("a labelled pod whose ruled container is no peer: %v", err)
+		}
+		if cmd := p.Spec.InitContainers[0].Command; slices.ContainsFunc(cmd, func(a string) bool { return strings.HasPrefix(a, "--peer-restart") }) {
+			t.Fatalf("the injected supervisor's command %q has --peer-restart for a container that is no peer", cmd)
+		}
 		// Written by hand, unlabelled: refused without the flag, naming
 		// it, and accepted with it.
 		pod := podFrom(t, "job.yaml", "policy-peer-restart-classic", "/podapp", "get", hello)
@@ -371,7 +398,7 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("a classic pod with restart rules and no --peer-restart is accepted after 1m")
 		}
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "lacks --peer-restart") || !strings.Contains(err.Error(), "container job has restartPolicyRules") {
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "lacks --peer-restart") || !strings.Contains(err.Error(), "container job has its own restartPolicy") {
 			t.Fatalf("a classic pod with restart rules and no --peer-restart: %v, want Invalid naming the flag and the container", err)
 		}
 		t.Logf("refused: %v", err)

@@ -375,12 +375,12 @@ func TestClusterRollout(t *testing.T) {
 	t.Parallel()
 	needCluster(t)
 	noDelay, delay1s, delay3s := []string{"--drain-delay=0s"}, []string{"--drain-delay=1s"}, []string{"--drain-delay=3s"}
-	// Two rows at a time per core (each is 3 to 6 pods under a steady
-	// load): all of them at once on two cores starved the kubelet and the
+	// Two rows at a time per core, at most five (each is 3 to 6 pods
+	// under a steady load): all of them at once on two cores starved the kubelet and the
 	// API server (every form, ours too, then lost a fifth of its requests
 	// to endpoints that never came ready), and five beside the rest of the
 	// suite kept the 1-minute load near 100, past any real node.
-	slots := make(chan struct{}, 2*runtime.NumCPU())
+	slots := make(chan struct{}, min(2*runtime.GOMAXPROCS(0), 5)) // GOMAXPROCS: the CPU quota's cores
 	for _, tc := range []struct {
 		name    string
 		form    proxyForm

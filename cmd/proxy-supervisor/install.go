@@ -28,6 +28,9 @@ func runInstall(args []string, env func(string) string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "proxy-supervisor: install: %v\n", err)
 		return 1
 	}
+	if why := noexec(rest[0]); why != "" {
+		fmt.Fprintf(stderr, "proxy-supervisor: install: warning: %s\n", why)
+	}
 	fmt.Fprintln(stdout, dst)
 	return 0
 }
@@ -60,24 +63,20 @@ func install(dir string) (string, error) {
 		return "", fmt.Errorf("copy %s: %w", self, err)
 	}
 	dst := filepath.Join(dir, "proxy-supervisor")
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return "", err
-	}
-	return dst, runnable(dir)
+	return dst, os.Rename(tmp.Name(), dst)
 }
 
-// runnable fails when dir is on a noexec mount: the app containers, which
-// mount the same volume, could not run the binary from it, and would fail
-// to start with runc's bare "permission denied". An emptyDir with noexec
-// (KEP-5855, alpha in 1.37) or a node whose kubelet directory is noexec
-// does that; the way out is a binary that needs no shared volume.
-func runnable(dir string) error {
+// noexec says, in one line, why app containers may not run the copy in
+// dir, or "" when its mount here lets binaries run. An app container whose
+// mount of the volume is noexec too (KEP-5855's noexec volume mounts, alpha in
+// 1.37, or a node whose kubelet directory is noexec, which every bind mount
+// of it inherits) fails to start with runc's bare "permission denied". It
+// is a warning, not a failure: only this container's mount is seen here,
+// and a native sidecar's apps may not run the binary at all.
+func noexec(dir string) string {
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("statfs %s: %w", dir, err)
+	if unix.Statfs(dir, &st) != nil || st.Flags&unix.ST_NOEXEC == 0 {
+		return ""
 	}
-	if st.Flags&unix.ST_NOEXEC != 0 {
-		return fmt.Errorf("%s is on a noexec mount (an emptyDir with noexec, KEP-5855, or a noexec kubelet directory): app containers cannot run the binary from it; put it in the app's image (COPY --from the client image) or mount it from an image volume (docs/images.md)", dir)
-	}
-	return nil
+	return dir + " is on a noexec mount here: an app container whose mount of it is noexec too (KEP-5855's noexec volume mounts, or a noexec kubelet directory) cannot run the binary from it and fails to start with \"permission denied\"; put the binary in the app's image or mount it from an image volume (docs/images.md)"
 }

@@ -321,6 +321,9 @@ func installBefore(log *slog.Logger, dir string) error {
 		return fmt.Errorf("--install %s: %w", dir, err)
 	}
 	log.Info("installed", "path", dst)
+	if why := noexec(dir); why != "" {
+		log.Warn("the installed binary may not run in the app containers", "why", why)
+	}
 	return nil
 }
 

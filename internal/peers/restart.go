@@ -179,6 +179,11 @@ func parseRule(head, codes string) (Rule, error) {
 	default:
 		return r, fmt.Errorf("rule %s: operator %s: want In or NotIn", r.Action, quote(op))
 	}
+	// No codes is a rule the API takes (values is optional): In() matches
+	// no exit, NotIn() every one, as in the kubelet.
+	if strings.TrimSpace(codes) == "" {
+		return r, nil
+	}
 	for _, c := range strings.Split(codes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || ValidCode(n) != nil {

@@ -30,7 +30,8 @@ func TestParsePeerRestart(t *testing.T) {
 		{in: "job=never", err: "want Never, OnFailure or Always"},
 		{in: "job=Never;job=Always", err: "given twice"},
 		{in: "job=Never,Restart:In(256)", err: "exit code \"256\""},
-		{in: "job=Never,Restart:In()", err: "exit code \"\""},
+		{in: "job=Never,Restart:In(),RestartAllContainers:NotIn( )", want: map[string]PeerRestart{"job": {Policy: Never, Rules: []Rule{{Action: RestartAlone}, {Action: RestartAll, NotIn: true}}}}},
+		{in: "job=Never,Restart:In(42,)", err: "exit code \"\""},
 		{in: "job=Never,Restart:In(0x2a)", err: "decimal"},
 		{in: "job=Never,Restart:Equals(42)", err: "want In or NotIn"},
 		{in: "job=Never,Restart(42)", err: "want In or NotIn"},
@@ -151,5 +152,18 @@ func TestDecideFollowsPeerRules(t *testing.T) {
 	v := Policy{Names: []string{"job"}, Peers: allOn42}.Decide(map[string]Record{"job": rec(42, 2)})
 	if why := v.Why(); !strings.Contains(why, "RestartAllContainers") || !strings.Contains(why, "42") {
 		t.Errorf("Why() = %q, want the pod's restart and its code", why)
+	}
+}
+
+// A rule without codes, which the API takes: In() matches no exit, NotIn()
+// every one, 0 included (the kubelet's FindMatchingContainerRestartRule).
+func TestRuleWithoutCodes(t *testing.T) {
+	for _, code := range []int{0, 1, 42, 255} {
+		if (Rule{Action: RestartAlone}).Matches(code) {
+			t.Errorf("In() matches %d", code)
+		}
+		if !(Rule{Action: RestartAll, NotIn: true}).Matches(code) {
+			t.Errorf("NotIn() does not match %d", code)
+		}
 	}
 }
