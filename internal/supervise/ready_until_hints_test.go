@@ -78,8 +78,8 @@ func TestReadyUntilHintsEndsWithTheDrain(t *testing.T) {
 		if why != "peers-completed" {
 			t.Fatalf("the drain ended %q, want peers-completed", why)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the drain did not end when every peer completed")
+	case <-time.After(30 * time.Second): // a bound on a busy machine, not a wait
+		t.Fatal("the drain did not end within 30s of every peer's completion")
 	}
 	if h.logged("listeners drained") {
 		t.Fatal("a drain call was made in the delay")
