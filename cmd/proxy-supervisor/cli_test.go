@@ -105,7 +105,8 @@ func TestBadValueNamesTheForm(t *testing.T) {
 		{sup("--app-ports", "8080,http"), nil, `supervise: invalid value "8080,http" for --app-ports: "http" is not a port; want a comma list of ports from 1 to 65535, such as 8080,9090`},
 		{sup("--allowed-uids", "root"), nil, `supervise: invalid value "root" for --allowed-uids: "root" is not a uid; want a comma list of uids, such as 1000,1337`},
 		{sup("--proxy-uid", "istio"), nil, `supervise: invalid value "istio" for --proxy-uid: want a uid, such as 1337`},
-		{sup("--drain-max", "1s"), nil, `supervise: unknown flag --drain-max (proxy-supervisor supervise --help lists the flags)`},
+		{sup("--drain-max", "1s"), nil, `supervise: unknown flag --drain-max: did you mean --drain-min? (proxy-supervisor supervise --help lists the flags)`},
+		{sup("--xyzzy", "1s"), nil, `supervise: unknown flag --xyzzy (proxy-supervisor supervise --help lists the flags)`},
 		{[]string{"wait", "--check", "--timeout"}, nil, `wait: --timeout needs a value: DURATION`},
 		{[]string{"complete", "--check", "--exit-code", "x"}, nil, `complete: invalid value "x" for --exit-code: want a decimal integer from 0 to 255`},
 	} {

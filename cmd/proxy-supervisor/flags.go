@@ -126,7 +126,9 @@ func (e explained) IsBoolFlag() bool {
 // with two dashes, as documented, and an unknown flag pointing at --help.
 func (f *flags) reworded(msg string) string {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		return fmt.Sprintf("unknown flag --%s (proxy-supervisor %s --help lists the flags)", name, f.fs.Name())
+		var names []string
+		f.fs.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
+		return fmt.Sprintf("unknown flag --%s%s (proxy-supervisor %s --help lists the flags)", name, didYouMean("--", strings.TrimLeft(name, "-"), names), f.fs.Name())
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
 		if fl := f.fs.Lookup(name); fl != nil {
@@ -536,4 +538,44 @@ func (p *peerRestarts) Set(v string) error {
 	}
 	*p = m
 	return nil
+}
+
+// didYouMean is ": did you mean PREFIXNAME?" for the one of names nearest
+// to s, a likely misspelling of it: at most two edits away (a third of s's
+// length, for a short one), and nearer than every other; "" when none is.
+func didYouMean(prefix, s string, names []string) string {
+	best, bestD, tie := "", min(2, max(1, len(s)/3))+1, false
+	for _, n := range names {
+		switch d := edits(s, n); {
+		case d < bestD:
+			best, bestD, tie = n, d, false
+		case d == bestD:
+			tie = true
+		}
+	}
+	if tie || best == "" {
+		return ""
+	}
+	return ": did you mean " + prefix + best + "?"
+}
+
+// edits is the Levenshtein distance between a and b, in bytes.
+func edits(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -128,7 +128,11 @@ func run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "proxy-supervisor: unknown flag %s before the command (--help lists the commands, --version prints the version)\n", args[0])
 		return 2
 	}
-	fmt.Fprintf(stderr, "proxy-supervisor: unknown command %q (--help lists the commands)\n", args[0])
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	fmt.Fprintf(stderr, "proxy-supervisor: unknown command %q%s (--help lists the commands)\n", args[0], didYouMean("", args[0], names))
 	return 2
 }
 

@@ -60,7 +60,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 	// stop sequence with it.
 	logw := logbuf.New(stderr, logBuffer)
 	defer logw.Close(logFlush)
-	cfg.Log = newLogger(logw, o.logFormat.val)
+	cfg.Log = newLogger(logw, o.logFormat.val, o.logLevel.val)
 	cfg.Signals = sigs
 	cfg.Build = binaryBuild()
 	o.logStart(cfg.Log)
@@ -87,7 +87,7 @@ type superviseOptions struct {
 	readyUntilHints        *bool
 	envoyDeath             *bool
 	termLog                *string
-	logFormat              *choice
+	logFormat, logLevel    *choice
 	install                *string
 
 	// Set by config, for logStart.
@@ -131,6 +131,8 @@ func superviseFlags() (*flags, *superviseOptions) {
 	o.termLog = f.fs.String("termination-log", supervise.DefaultTerminationLog, "`FILE` that gets a one-line summary of the exit (code, what decided it, start to ready, decision to exit): the container's terminationMessagePath; empty writes none. Never created, and never delays the exit by more than 100ms")
 	o.logFormat = &choice{"text", []string{"text", "json"}}
 	f.fs.Var(o.logFormat, "log-format", "log format: text or json")
+	o.logLevel = &choice{"info", []string{"debug", "info", "warn", "error"}}
+	f.fs.Var(o.logLevel, "log-level", "the least severe lines logged: debug, info, warn or error")
 	o.install = f.fs.String("install", "", "copy this binary into `DIR` (as install DIR does) before the proxy starts, so that a native sidecar's postStart wait returns only once the app containers can run it: no install init container; empty: none")
 	return f, o
 }
@@ -257,11 +259,29 @@ func (o *superviseOptions) delayBound(f *flags, env func(string) string) error {
 	return nil
 }
 
-func newLogger(w io.Writer, format string) *slog.Logger {
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+// newLogger is the supervisor's logger. JSON gives a duration as its string
+// ("413ms"), as text does: slog's JSON would write unit-less nanoseconds.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	l := slog.LevelInfo
+	switch level {
+	case "debug":
+		l = slog.LevelDebug
+	case "warn":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // logStart logs what the flags left to say: a deprecated flag, the bounds
