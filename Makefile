@@ -47,8 +47,9 @@ demo: build
 # real kubelet (test-kubelet), whose table of scenarios ends the output.
 # The kubelet and the control plane (kubelet-builds, about 23 minutes cold
 # on 2 busy cores, nothing they compile shared with another stage) build in
-# the background from after pilot-agent, at niceness 19 (scripts/
-# background.sh), in the CPU the stages leave idle; the stage before
+# the background (scripts/background.sh) from the start: at niceness 0
+# beside lint, test-deploy and pilot-agent, which compile too, then at 19
+# from fuzz on, in the CPU the timed stages leave idle; the stage before
 # test-kubelet waits for them (at niceness 0 then) and prints their log,
 # their failure failing make test.
 # The go test runs print through scripts/test-summary: a line per package with
@@ -77,10 +78,11 @@ BUDGET_KUBELET  ?= -memory 6GiB -disk 4GiB
 budget = -exec "$(abspath $(BIN))/budget -name $(1) $($(1))"
 
 test: tools
+	@BACKGROUND_NICE=0 $(BG) start kubelet-builds $$PPID $(MAKE) --no-print-directory kubelet-builds
 	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
 	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
 	@$(STAGE) "pilot-agent from Istio's module (scripts/pilot-agent.sh)" bash scripts/pilot-agent.sh
-	@$(BG) start kubelet-builds $$PPID $(MAKE) --no-print-directory kubelet-builds
+	@$(BG) nice kubelet-builds $$PPID 19
 	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz
 	@$(STAGE) "unit tests, then the fake Envoy's and the pod-sandbox tests (e2e/), under -race" $(MAKE) --no-print-directory test-race
 	@$(STAGE) "pod-sandbox tests against the static binaries (e2e/)" $(MAKE) --no-print-directory test-static
@@ -127,12 +129,12 @@ test-deploy: tools
 	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m $(call budget,BUDGET_DEPLOY) ./...
 
 # The kubelet and the control plane alone, into the user's cache
-# (kubelettest/'s TestMain under PS_KUBELETTEST_BUILD_ONLY=1 builds them and
-# runs no test; it builds nothing where the suite would skip), within the
-# suite's budget as when the suite builds them: make test runs it in the
-# background, where niceness 19 can stretch it (hence -timeout 90m).
+# (kubelettest/cmd/kubelet-builds, which compiles none of the suite's client
+# packages: deploytest/ compiles those beside it under make test; it builds
+# nothing where the suite would skip), within the suite's budget as when
+# the suite builds them.
 kubelet-builds: tools
-	cd kubelettest && PS_KUBELETTEST_BUILD_ONLY=1 $(GO) test -v -count=1 -run '^$$' -timeout 90m $(call budget,BUDGET_KUBELET) .
+	cd kubelettest && $(GO) run -exec "$(abspath $(BIN))/budget -name BUDGET_KUBELET $(BUDGET_KUBELET)" ./cmd/kubelet-builds
 
 # The deploy/ manifests' pods in a real kubelet (kubelettest/, its own module):
 # containerd, runc and a standalone kubelet in their own namespaces. It needs

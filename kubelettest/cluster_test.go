@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
 
 const (
@@ -47,7 +48,7 @@ type cluster struct {
 
 // startAPIServer starts etcd and the API server, and the DNS responder;
 // the kubelet, started next, registers with them.
-func (n *node) startAPIServer(cp controlPlane) error {
+func (n *node) startAPIServer(cp builds.ControlPlane) error {
 	c := n.cluster
 	if err := c.writePKI(); err != nil {
 		return fmt.Errorf("certificates: %w", err)
@@ -60,7 +61,7 @@ func (n *node) startAPIServer(cp controlPlane) error {
 		return fmt.Errorf("the cluster DNS responder: %w", err)
 	}
 	go serveNXDOMAIN(c.dns)
-	c.etcd, err = n.daemon("etcd", cp.etcd, "--name", "kubelettest", "--data-dir", "/var/lib/etcd",
+	c.etcd, err = n.daemon("etcd", cp.Etcd, "--name", "kubelettest", "--data-dir", "/var/lib/etcd",
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", "kubelettest=http://127.0.0.1:2380")
@@ -68,7 +69,7 @@ func (n *node) startAPIServer(cp controlPlane) error {
 		return err
 	}
 	p := c.path
-	c.apiserver, err = n.daemon("kube-apiserver", cp.apiserver,
+	c.apiserver, err = n.daemon("kube-apiserver", cp.APIServer,
 		"--etcd-servers", "http://127.0.0.1:2379",
 		"--bind-address", "0.0.0.0", "--secure-port", "6443", "--advertise-address", nodeIP,
 		"--service-cluster-ip-range", serviceRange,
@@ -119,17 +120,17 @@ func (c *cluster) kubeletConfig() string {
 // startControllers starts the controller manager and the scheduler once
 // the kubelet runs, and waits for the node to be Ready and for the default
 // namespace's service account (which every pod of the API mounts).
-func (n *node) startControllers(cp controlPlane) error {
+func (n *node) startControllers(cp builds.ControlPlane) error {
 	c, p := n.cluster, n.cluster.path
 	var err error
-	c.controller, err = n.daemon("kube-controller-manager", cp.controllerManager,
+	c.controller, err = n.daemon("kube-controller-manager", cp.ControllerManager,
 		"--kubeconfig", c.kubeconfig, "--leader-elect=false", "--bind-address", "127.0.0.1",
 		"--service-account-private-key-file", p("sa.key"), "--root-ca-file", p("ca.crt"),
 		"--profiling=false", "-v", "1")
 	if err != nil {
 		return err
 	}
-	c.scheduler, err = n.daemon("kube-scheduler", cp.scheduler,
+	c.scheduler, err = n.daemon("kube-scheduler", cp.Scheduler,
 		"--kubeconfig", c.kubeconfig, "--leader-elect=false", "--bind-address", "127.0.0.1",
 		"--profiling=false", "-v", "1")
 	if err != nil {

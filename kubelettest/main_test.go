@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,10 +14,8 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
-
-// kubeletVersion is the kubelet the suite builds (kubelet/go.mod pins it).
-const kubeletVersion = "v1.37.2"
 
 // theNode is the node every test's pods run on: starting containerd and a
 // kubelet takes seconds, a pod's run as long, so the tests share it and run
@@ -28,7 +24,7 @@ var theNode *node
 
 // theControlPlane is the cluster mode's control plane, or why there is
 // none: the cluster scenarios alone skip without it.
-var theControlPlane controlPlane
+var theControlPlane builds.ControlPlane
 
 // theAgent is the real pilot-agent that the Istio scenarios run, or why
 // there is none: they alone skip without it.
@@ -36,19 +32,8 @@ var theAgent pilotAgent
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
-// buildOnlyEnv, set to 1, makes the test binary build the kubelet and the
-// control plane into the cache and end, running no test: make test runs it
-// so in the background (make kubelet-builds) while the other stages run,
-// and the suite finds them built.
-const buildOnlyEnv = "PS_KUBELETTEST_BUILD_ONLY"
-
 func testMain(m *testing.M) int {
-	buildOnly := os.Getenv(buildOnlyEnv) == "1"
-	if missing := missingPrereqs(); len(missing) > 0 {
-		if buildOnly {
-			fmt.Printf("kubelettest: nothing built, the suite will skip: it is missing %s\n", strings.Join(missing, "; "))
-			return 0
-		}
+	if missing := builds.Missing(); len(missing) > 0 {
 		fmt.Printf("kubelettest: SKIPPED, the real-kubelet suite is missing: %s\n", strings.Join(missing, "; "))
 		if os.Getenv("CI") == "true" {
 			fmt.Println("kubelettest: CI=true, so the skip fails the suite")
@@ -57,21 +42,14 @@ func testMain(m *testing.M) int {
 		return 0
 	}
 	start := time.Now()
-	kubelet, err := buildKubelet()
+	kubelet, err := builds.Kubelet()
 	if err != nil {
 		fmt.Println("kubelettest:", err)
 		return 1
 	}
-	theControlPlane = buildControlPlane()
-	if theControlPlane.missing != "" {
-		fmt.Printf("kubelettest: the cluster scenarios will be SKIPPED (failed under CI=true): %s\n", theControlPlane.missing)
-	}
-	if buildOnly {
-		fmt.Printf("kubelettest: the kubelet and the control plane ready in %s\n", time.Since(start).Round(100*time.Millisecond))
-		if theControlPlane.missing != "" && os.Getenv("CI") == "true" {
-			return 1
-		}
-		return 0
+	theControlPlane = builds.BuildControlPlane()
+	if theControlPlane.Missing != "" {
+		fmt.Printf("kubelettest: the cluster scenarios will be SKIPPED (failed under CI=true): %s\n", theControlPlane.Missing)
 	}
 	theAgent = buildPilotAgent()
 	if theAgent.missing != "" {
@@ -114,59 +92,6 @@ func testMain(m *testing.M) int {
 	fmt.Printf("kubelettest: node torn down in %s\n", time.Since(stopping).Round(100*time.Millisecond))
 	theReport.print(os.Stdout)
 	return code
-}
-
-// missingPrereqs lists what the suite needs and the machine lacks.
-func missingPrereqs() []string {
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	var cmds []string
-	for _, c := range []struct{ cmd, pkg string }{
-		{"containerd", "containerd"}, {"ctr", "containerd"}, {"runc", "runc"}, {"ip", "iproute2"},
-		{"unshare", "util-linux"}, {"nsenter", "util-linux"}, {"mount", "mount"}, {"go", "Go"},
-	} {
-		if _, err := exec.LookPath(c.cmd); err != nil {
-			cmds = append(cmds, c.cmd+" ("+c.pkg+")")
-		}
-	}
-	if len(cmds) > 0 {
-		missing = append(missing, "commands "+strings.Join(cmds, ", "))
-	}
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
-			missing = append(missing, "/usr/lib/cni/"+p+" (containernetworking-plugins)")
-		}
-	}
-	if len(missing) == 0 {
-		if out, err := exec.Command("unshare", "--mount", "--net", "true").CombinedOutput(); err != nil {
-			missing = append(missing, fmt.Sprintf("mount and network namespaces (%v: %s)", err, strings.TrimSpace(string(out))))
-		}
-	}
-	return missing
-}
-
-// buildKubelet builds the kubelet into the user's cache, once per kubelet
-// and Go version: a cold build takes minutes, a cached one nothing.
-func buildKubelet() (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(cache, "proxy-supervisor-kubelet", kubeletVersion+"-"+runtime.Version(), "kubelet")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
-	}
-	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", kubeletVersion, bin)
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid()) // concurrent runs each build their own
-	if err := proctest.GoBuild("kubelet", tmp, "-tags", "tools", "k8s.io/kubernetes/cmd/kubelet"); err != nil {
-		return "", err
-	}
-	return bin, os.Rename(tmp, bin)
 }
 
 // buildImages builds the static binaries and writes the node's images as

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
 
 const (
@@ -65,14 +66,14 @@ func (n *node) manifests() string { return filepath.Join(n.dir, "manifests") }
 
 // startNode starts the node, with the control plane when cp has one. On
 // error, what was started is stopped.
-func startNode(kubelet string, images []string, cp controlPlane) (n *node, err error) {
+func startNode(kubelet string, images []string, cp builds.ControlPlane) (n *node, err error) {
 	sweepStale()
 	dir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-%d-", os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
 	n = &node{dir: dir, cgroupRoot: fmt.Sprintf("/proxy-supervisor-kubelettest-%d", os.Getpid())}
-	if cp.missing == "" {
+	if cp.Missing == "" {
 		n.cluster = &cluster{pki: filepath.Join(dir, "pki")}
 	}
 	defer func() {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
 
 // theShipped is why the shipped images were not built, or "" when the
@@ -46,7 +48,7 @@ func (b buildah) run(args ...string) (string, error) {
 	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(b.dir, "tmp"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("buildah %s: %v: %s", strings.Join(args[6:], " "), err, lastLine(string(out)))
+		return "", fmt.Errorf("buildah %s: %v: %s", strings.Join(args[6:], " "), err, builds.LastLine(string(out)))
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -57,7 +59,7 @@ func (b buildah) load(tar, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.run("tag", lastLine(out), name)
+	_, err = b.run("tag", builds.LastLine(out), name)
 	return err
 }
 

@@ -3,15 +3,23 @@
 # build that shares nothing with them (the kubelet and the control plane):
 #
 #   bash scripts/background.sh start NAME OWNER COMMAND...
+#   bash scripts/background.sh nice NAME OWNER N
 #   bash scripts/background.sh wait NAME OWNER
 #
 # start runs COMMAND in a session of its own, its output in a log file
 # (bin/background/NAME-OWNER.log), at niceness BACKGROUND_NICE (19 by
-# default): it takes the CPU that the stages leave idle (the pod tests
-# mostly wait on processes) and little of what they use, so that the tests
-# run as they would alone. OWNER is the pid of the make that runs the
-# stages ($$PPID in its recipe): when that make ends before wait (a stage
-# failed, or it was interrupted), the job is stopped with it.
+# default). OWNER is the pid of the make that runs the stages ($$PPID in
+# its recipe): when that make ends before wait (a stage failed, or it was
+# interrupted), the job is stopped with it.
+#
+# nice sets the job's niceness to N. make test starts the builds at 0,
+# beside the stages that compile too (their order does not matter, and
+# beside a CPU hog at niceness 0 more builders at 0 take more of the
+# cores), then lowers them to 19 before the stages whose tests time
+# processes: from then on they take the CPU the tests leave idle (the pod
+# tests mostly wait) and little of what they use. At 19 beside a hog at 0
+# they take almost nothing (the scheduler's weights are 15 and 1024), which
+# is why they do not start at 19.
 #
 # wait raises the job to niceness 0 (it is what the next stage needs now:
 # where that is not allowed, it goes on as it is), waits for its end and
@@ -22,7 +30,7 @@ cmd=${1:-}
 name=${2:-}
 owner=${3:-}
 if [ -z "$cmd" ] || [ -z "$name" ] || [ -z "$owner" ]; then
-  echo "usage: background.sh start NAME OWNER COMMAND... | wait NAME OWNER" >&2
+  echo "usage: background.sh start NAME OWNER COMMAND... | nice NAME OWNER N | wait NAME OWNER" >&2
   exit 2
 fi
 shift 3
@@ -32,6 +40,14 @@ took() {
   awk -v s="$1" 'BEGIN { if (s < 60) printf "%ds", s; else printf "%dm%02ds", s / 60, s % 60 }'
 }
 case $cmd in
+nice)
+  pgid=$(cat "$base.pgid" 2>/dev/null)
+  if [ ! -e "$base.rc" ] && [ -n "$pgid" ]; then
+    renice -n "${1:?usage: background.sh nice NAME OWNER N}" -g "$pgid" >/dev/null 2>&1 &&
+      echo "=== background: $name: niceness $1"
+  fi
+  exit 0
+  ;;
 start)
   mkdir -p "$dir" || exit 1
   rm -f "$base.rc" "$base.pgid" "$base.log"
@@ -97,7 +113,7 @@ wait)
   exit "$rc"
   ;;
 *)
-  echo "background.sh: unknown command $cmd (start or wait)" >&2
+  echo "background.sh: unknown command $cmd (start, nice or wait)" >&2
   exit 2
   ;;
 esac
