@@ -146,3 +146,23 @@ say "its 300 ms quiet period once already, so there is no second one), then stop
 kill -TERM "$sup"
 wait "$sup" && code=0 || code=$?
 echo "[pod] proxy container exited $code"
+
+step "5. A native sidecar's Job: postStart wait holds the app; the kubelet stops the proxy once the app has gone"
+say "Kubernetes 1.29+: the proxy is an init container with restartPolicy Always, run as"
+say "supervise --native-sidecar. The kubelet starts the app only once the sidecar's postStart"
+say "hook has returned: proxy-supervisor wait, which returns the moment the proxy is ready"
+say "(a startupProbe is polled once a second). The app here is a plain command, not wrapped"
+say "in exec: with a native sidecar the kubelet orders the end too, so it need not report."
+supervise "$work/native" --native-sidecar
+start=$(date +%s%N)
+"$ps" wait --control-dir "$work/native" --timeout 10s &&
+  echo "[hook] postStart wait returned $(( ($(date +%s%N) - start) / 1000000 )) ms after the container started (the fake Envoy takes 300 ms to be ready)"
+echo "[pod] the kubelet starts the app"
+sh -c 'echo "[app] running the job"; sleep 1; echo "[app] done, exit 0"'
+say "Every regular container has exited: the kubelet runs the sidecar's preStop, which"
+say "starts the drain and returns at once (native-sidecar), then sends it SIGTERM."
+"$ps" prestop --control-dir "$work/native" --timeout 20s && echo "[hook] preStop returned"
+kill -TERM "$sup"
+wait "$sup" && code=0 || code=$?
+echo "[pod] the sidecar exited $code; the Job's pod completes"
+echo "[pod] its termination message: $(cat "$work/native/termination-log")"
