@@ -238,20 +238,20 @@ type text struct {
 	form string
 }
 
-func (t text) String() string {
+func (t *text) String() string {
 	if t.val == nil {
 		return ""
 	}
 	return *t.val
 }
 
-func (t text) Set(v string) error  { *t.val = v; return nil }
-func (t text) placeholder() string { return t.form }
+func (t *text) Set(v string) error  { *t.val = v; return nil }
+func (t *text) placeholder() string { return t.form }
 
 // text defines a string flag whose value has the given form in the help.
 func (f *flags) text(name, def, form, usage string) *string {
 	v := def
-	f.fs.Var(text{&v, form}, name, usage)
+	f.fs.Var(&text{&v, form}, name, usage)
 	return &v
 }
 

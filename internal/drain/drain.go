@@ -143,13 +143,16 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// End is how a drain ended.
+// End is how a drain ended. Its words are control's on the wire too
+// (control.Drained, DrainTimedOut, PeersCompleted, Stopped), as the
+// supervise tests check.
 type End string
 
 const (
 	Drained        End = "drained"         // no peer running, no app port and no busy connection, for the quiet period
 	TimedOut       End = "timeout"         // the bound came first
 	PeersCompleted End = "peers-completed" // every peer ended: nothing left to wait for
+	Stopped        End = "stopped"         // Run's ctx ended: the proxy is being stopped, and nothing is left to drain
 )
 
 // Result is a finished drain.
@@ -168,9 +171,13 @@ func (r Result) OK() bool { return r.End != TimedOut }
 // Run drains: readiness is the caller's to withdraw first. envoyPorts are
 // the ports of Envoy's listeners learned earlier, used when the admin API
 // cannot tell them now. A close of settled (the peers' verdict is settled)
-// ends the drain at once, as soon as no peer runs under exec any more.
-func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
+// ends the drain at once, as soon as no peer runs under exec any more. The
+// end of ctx ends it too (Stopped), and the admin call under way: the
+// caller has decided the stop, and must not be left waiting, nor the
+// drain go on asking an Envoy that quits.
+func Run(ctx context.Context, cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 	d := newDrainer(cfg)
+	d.ctx = ctx
 	start := d.clock.Now()
 	deadline := start.Add(cfg.Timeout)
 	if cfg.Recheck {
@@ -192,6 +199,7 @@ func Run(cfg Config, envoyPorts []uint16, settled <-chan struct{}) Result {
 }
 
 type drainer struct {
+	ctx     context.Context // Run's: its end is the drain's
 	cfg     Config
 	clock   clock.Clock
 	exclude []uint16
@@ -226,7 +234,7 @@ func newDrainer(cfg Config) *drainer {
 // admin API that answers at once is still heard.
 func (d *drainer) callCtx(deadline time.Time) (context.Context, context.CancelFunc) {
 	budget := min(adminCallMax, max(deadline.Sub(d.clock.Now()), time.Millisecond))
-	return clock.WithTimeout(context.Background(), d.clock, budget)
+	return clock.WithTimeout(d.ctx, d.clock, budget)
 }
 
 // state is what one check of the drain condition saw.
@@ -264,6 +272,9 @@ func (d *drainer) wait(timer clock.Timer, start, deadline time.Time, envoyPorts 
 	// peer may still be finishing, through the proxy.
 	peersDone := false
 	for first := true; ; first = false {
+		if d.ctx.Err() != nil {
+			return Stopped, ""
+		}
 		select {
 		case <-settled:
 			settled, peersDone = nil, true
@@ -346,6 +357,8 @@ func (d *drainer) await(timer clock.Timer, sleep time.Duration, settled, closed 
 	deferred := false // the timer is a close's, put off
 	for {
 		select {
+		case <-d.ctx.Done():
+			return closed
 		case <-settled:
 			return closed
 		case <-timer.C():
@@ -470,7 +483,7 @@ func (d *drainer) hintIfDue(hintAt, deadline time.Time, st state) {
 	}
 	if d.cfg.HealthcheckFail && !d.cfg.Recheck {
 		ctx, cancel := d.callCtx(deadline)
-		if err := d.cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil {
+		if err := d.cfg.Admin.Post(ctx, "/healthcheck/fail"); err != nil && d.ctx.Err() == nil {
 			d.cfg.Log.Warn("admin /healthcheck/fail failed; draining anyway", "err", err)
 		}
 		cancel()
@@ -485,6 +498,8 @@ func (d *drainer) tryDrainListeners(deadline time.Time) {
 			d.releaseUnknownSaid = true
 			d.cfg.Log.Warn("no drain call while Envoy's release is unknown; asking again", "every", d.cfg.Progress)
 		}
+	case err != nil && d.ctx.Err() != nil:
+		// Cut by the stop: no failure of Envoy's.
 	case err != nil:
 		d.cfg.Log.Warn("admin /drain_listeners failed; will try again", "err", err)
 	default:
@@ -555,7 +570,7 @@ func (d *drainer) refreshEnvoyPorts(deadline time.Time, learned []uint16) []uint
 	if err == nil {
 		return ports
 	}
-	if !errors.Is(err, context.DeadlineExceeded) && !envoy.Refused(err) {
+	if !errors.Is(err, context.DeadlineExceeded) && !envoy.Refused(err) && d.ctx.Err() == nil {
 		d.cfg.Log.Warn("admin /listeners failed; using the ports learned at start", "err", err)
 	}
 	return learned

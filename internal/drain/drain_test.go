@@ -29,6 +29,18 @@ type fakeAdmin struct {
 	failPosts int // /drain_listeners fails this many times first
 	posts     []string
 	excluded  []uint16
+	// blocked, if set, is closed when a silent call first blocks.
+	blocked chan struct{}
+	once    sync.Once
+}
+
+// hang is a silent call: it blocks until ctx ends.
+func (a *fakeAdmin) hang(ctx context.Context) error {
+	if a.blocked != nil {
+		a.once.Do(func() { close(a.blocked) })
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 func (a *fakeAdmin) Post(ctx context.Context, path string, flags ...string) error {
@@ -41,8 +53,7 @@ func (a *fakeAdmin) Post(ctx context.Context, path string, flags ...string) erro
 	}
 	a.mu.Unlock()
 	if silent {
-		<-ctx.Done()
-		return ctx.Err()
+		return a.hang(ctx)
 	}
 	if fail {
 		return errors.New("busy")
@@ -57,9 +68,9 @@ func (a *fakeAdmin) Connections(ctx context.Context, exclude []uint16) (envoy.Co
 	switch {
 	case a.silent:
 		a.mu.Unlock()
-		<-ctx.Done()
+		err := a.hang(ctx)
 		a.mu.Lock()
-		return envoy.Connections{}, ctx.Err()
+		return envoy.Connections{}, err
 	case a.refused:
 		return envoy.Connections{}, syscall.ECONNREFUSED
 	}
@@ -71,8 +82,7 @@ func (a *fakeAdmin) ListenerPorts(ctx context.Context) ([]uint16, error) {
 	silent := a.silent
 	a.mu.Unlock()
 	if silent {
-		<-ctx.Done()
-		return nil, ctx.Err()
+		return nil, a.hang(ctx)
 	}
 	return []uint16{15006}, nil
 }
@@ -130,7 +140,7 @@ func callFor(c Call, known bool) func(context.Context) (Call, bool) {
 // start runs a drain in the background and returns its result's channel.
 func start(cfg Config, settled <-chan struct{}) <-chan Result {
 	out := make(chan Result, 1)
-	go func() { out <- Run(cfg, nil, settled) }()
+	go func() { out <- Run(context.Background(), cfg, nil, settled) }()
 	return out
 }
 
@@ -386,6 +396,33 @@ func TestSilentAdminDoesNotOverrunTheBound(t *testing.T) {
 		if over := r.Took - timeout; over < 0 || over > 5*time.Millisecond {
 			t.Errorf("a %v drain took %v by its clock: %v past its bound", timeout, r.Took, over)
 		}
+	}
+}
+
+// The end of Run's ctx (the supervisor has decided the stop) ends the
+// drain at once, and the admin call it is blocked in, without a warning:
+// a cut call is no failure of Envoy's. The test's clock never moves, so
+// nothing but the ctx can end it.
+func TestStopEndsTheDrainAndItsCall(t *testing.T) {
+	a, s := &fakeAdmin{silent: true, blocked: make(chan struct{})}, &fakeScanner{}
+	cfg := config(a, s, nil)
+	cfg.Min, cfg.Clock = 0, clocktest.New()
+	var log strings.Builder
+	cfg.Log = slog.New(slog.NewTextHandler(&log, nil)) // read once the drain has ended
+	ctx, stop := context.WithCancel(context.Background())
+	res := make(chan Result, 1)
+	go func() { res <- Run(ctx, cfg, nil, nil) }()
+	select {
+	case <-a.blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no admin call within 10s")
+	}
+	stop()
+	if r := within(t, res, 10*time.Second); r.End != Stopped || !r.OK() {
+		t.Fatalf("end %q", r.End)
+	}
+	if strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("a drain cut by the stop warned:\n%s", log.String())
 	}
 }
 

@@ -51,7 +51,7 @@ func (s *Supervisor) learnedPorts() []uint16 {
 func (t *termination) runDrain(run *drainRun, trigger string) {
 	cfg := t.drainConfig(trigger)
 	cfg.Hinted = func() { run.hinted.Store(true) }
-	run.result = drain.Run(cfg, t.learnedPorts(), t.book.Settled())
+	run.result = drain.Run(t.drainCtx, cfg, t.learnedPorts(), t.book.Settled())
 	t.m.drained(run.result)
 	close(run.done)
 }
@@ -69,7 +69,7 @@ func (t *termination) recheckDrain(run *drainRun, trigger string) {
 	cfg := t.drainConfig(trigger)
 	cfg.Recheck = true
 	cfg.Timeout = max(run.started.Add(t.cfg.DrainTimeout).Sub(t.cfg.Clock.Now()), 0)
-	drain.Run(cfg, t.learnedPorts(), t.book.Settled())
+	drain.Run(t.drainCtx, cfg, t.learnedPorts(), t.book.Settled())
 }
 
 // drainCallFor is the drain call for Envoy's release: the one learned at

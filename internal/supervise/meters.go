@@ -44,7 +44,7 @@ func newMeters(s *Supervisor) *meters {
 		completions:  r.CounterVec("proxy_supervisor_peer_completions_total", "Final completion records by peer and outcome: succeeded, failed (exited non-zero), signaled, not-ready or lost.", "peer", "outcome"),
 		failures:     r.CounterVec("proxy_supervisor_peer_failures_total", "Failed completions by peer.", "peer"),
 		completionTo: r.Gauge("proxy_supervisor_completion_to_exit_seconds", "From the records settling the job to the proxy's exit."),
-		drains:       r.CounterVec("proxy_supervisor_drains_total", "Drains by how they ended: drained, timeout or peers-completed.", "end"),
+		drains:       r.CounterVec("proxy_supervisor_drains_total", "Drains by how they ended: drained, timeout, peers-completed or stopped.", "end"),
 		drainSeconds: r.Gauge("proxy_supervisor_drain_duration_seconds", "Duration of the last drain."),
 	}
 	r.CounterFunc("proxy_supervisor_zombies_reaped_total", "Exited processes reaped that were not the proxy (orphans).",

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +61,36 @@ func TestNativeSigtermAfterTheAppStopsAtOnce(t *testing.T) {
 				t.Errorf("SIGTERM to exit took %v; want the stop alone", d)
 			}
 		})
+	}
+}
+
+// The preStop's drain of a native sidecar ends nothing; the SIGTERM's stop
+// ends it, and Run returns only once it has ended: a drain left running
+// would ask a quitting Envoy (a false "admin /drain_listeners failed") and
+// the records the supervisor has closed (a false "the records directory
+// was replaced"). Its quiet period is longer than the test, so nothing but
+// the stop can end it.
+func TestNativeStopEndsThePreStopDrain(t *testing.T) {
+	h := startSupervisor(t, func(h *harness, c *Config) {
+		native(time.Minute)(h, c)
+		c.Intervals.DrainQuiet = time.Hour
+	})
+	h.waitReady()
+	if ok, why := h.s.Drain(context.Background()); !ok || why != control.NativeSidecar {
+		t.Fatalf("Drain = %v, %q; want true, %q", ok, why, control.NativeSidecar)
+	}
+	h.eventually("the drain started", func() bool { return h.logged("drain started") })
+	h.signal(syscall.SIGTERM)
+	if code := h.wait(5 * time.Second); code != 0 {
+		t.Fatalf("Run = %d, want 0", code)
+	}
+	if !h.logged("drain ended", "end", "stopped") {
+		t.Error("Run returned before the stop had ended the preStop's drain")
+	}
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("the stop of a native sidecar logged: %s", line)
+		}
 	}
 }
 

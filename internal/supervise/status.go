@@ -99,11 +99,12 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 	// ended too: a select that finds both ready picks one at random, and
 	// a wait of zero (ctx done on arrival) after the drain's end must not
 	// answer still-draining.
-	if isClosed(run.done) {
+	// One that the stop ended is answered as the stop below.
+	if isClosed(run.done) && run.result.End != drain.Stopped {
 		if run.result.Why != "" {
-			return run.result.OK(), drainWord(run.result.End) + ": " + run.result.Why
+			return run.result.OK(), string(run.result.End) + ": " + run.result.Why
 		}
-		return run.result.OK(), drainWord(run.result.End)
+		return run.result.OK(), string(run.result.End)
 	}
 	// The server ends the request's ctx when the supervisor stops (the
 	// proxy exited mid-drain): that is no drain going on.
@@ -111,19 +112,6 @@ func (s *Supervisor) Drain(ctx context.Context) (bool, string) {
 		return false, control.Stopped + ": " + why
 	}
 	return false, control.StillDraining
-}
-
-// drainWord is the wire word (control's) for how a drain ended.
-func drainWord(e drain.End) string {
-	switch e {
-	case drain.Drained:
-		return control.Drained
-	case drain.TimedOut:
-		return control.DrainTimedOut
-	case drain.PeersCompleted:
-		return control.PeersCompleted
-	}
-	return string(e)
 }
 
 // whyReadyNotTaken is why a proxy that its admin API says is ready is not, for

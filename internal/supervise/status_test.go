@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
@@ -148,5 +150,19 @@ func TestWaitReady(t *testing.T) {
 	}
 	if st := h.statusJSON(); st["state"] != "starting" || st["ready"] != false {
 		t.Errorf("state %v, ready %v; want starting", st["state"], st["ready"])
+	}
+}
+
+// A drain's end is its word on the wire (status.go answers string(End)).
+func TestDrainEndsAreTheWireWords(t *testing.T) {
+	for end, word := range map[drain.End]string{
+		drain.Drained:        control.Drained,
+		drain.TimedOut:       control.DrainTimedOut,
+		drain.PeersCompleted: control.PeersCompleted,
+		drain.Stopped:        control.Stopped,
+	} {
+		if string(end) != word {
+			t.Errorf("drain end %q is %q on the wire", end, word)
+		}
 	}
 }

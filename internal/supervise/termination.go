@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"time"
@@ -74,6 +75,12 @@ type termination struct {
 	stopWhenDrained bool
 	stopTrigger     string
 	recheckDone     chan struct{} // a SIGTERM's re-check of an ended drain
+	// drainCtx is every drain's; endDrains ends it once the stop is
+	// decided, and the actor waits for them before its end, so that no
+	// drain outlives the proxy: it would ask Envoy, and the book the
+	// supervisor closes, after both have gone.
+	drainCtx  context.Context
+	endDrains context.CancelFunc
 	// A preStop before the first readiness: the drain starts once the
 	// proxy is ready (readiedCh), if it ever is.
 	readiedAfterPreStop <-chan struct{}
@@ -112,6 +119,8 @@ func (s *Supervisor) toTermination(r *termEvent) bool {
 // proxy's exit.
 func (t *termination) loop() error {
 	defer close(t.terminated)
+	t.drainCtx, t.endDrains = context.WithCancel(context.Background())
+	defer t.joinDrains()
 	exited := make(chan reaper.Exit, 1)
 	go func() { exited <- t.proc.Wait() }()
 	t.verdictChanged()
@@ -354,6 +363,17 @@ func (t *termination) drain(trigger string, thenStop bool) *drainRun {
 	return run
 }
 
+// joinDrains ends the drains and waits for them: the actor's last act.
+func (t *termination) joinDrains() {
+	t.endDrains()
+	if t.run != nil {
+		<-t.run.done
+	}
+	if t.recheckDone != nil {
+		<-t.recheckDone
+	}
+}
+
 // drainEnded: the drain's end stops the proxy if a SIGTERM asked for it,
 // or what the proxy's leader left, held for the drain.
 func (t *termination) drainEnded() {
@@ -380,6 +400,7 @@ func (t *termination) stop(why string) {
 		moved = true
 		t.log.Info("stop requested", "reason", why)
 		t.book.Unwatch()
+		t.endDrains()
 	}
 	if t.leaderExit == nil {
 		if moved {
