@@ -82,6 +82,18 @@ func TestBinaryLinksNoResolver(t *testing.T) {
 	}
 }
 
+// Package sort (with reflectlite's swapper) was 16 kB of the binary for
+// four sorts of a few items each; the sorts left are slices.Sort's of
+// []string, which the binary links anyway (slices.Sorted of map keys).
+func TestBinaryLinksNoSort(t *testing.T) {
+	_, syms := binarySymbols(t)
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "sort.") {
+			t.Fatalf("the binary links %s; find the caller with: go build -ldflags=-dumpdep ./cmd/proxy-supervisor 2>&1 | grep -- '-> sort\\.'", s.Name)
+		}
+	}
+}
+
 // binarySymbols builds the binary unstripped and returns its ELF entry
 // and its symbols.
 func binarySymbols(t *testing.T) (uint64, []elf.Symbol) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -181,11 +181,10 @@ func (f *flags) explicit(name string) bool { return f.onCommandLine[name] }
 func (f *flags) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: proxy-supervisor %s\n\n%s\n", f.synopsis, f.about)
 	var all []*flag.Flag
-	f.fs.VisitAll(func(fl *flag.Flag) { all = append(all, fl) })
+	f.fs.VisitAll(func(fl *flag.Flag) { all = append(all, fl) }) // in lexicographical order
 	if len(all) == 0 {
 		return
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	fmt.Fprintln(w, "\nFlags (each also read from its environment variable; a flag wins):")
 	for _, fl := range all {
 		_, help := flag.UnquoteUsage(fl)
@@ -514,14 +513,15 @@ func (p *peerRestarts) String() string {
 	return strings.Join(out, ";")
 }
 
-// names are the peers given, sorted (sort.Strings: a generic sort of a
-// map's keys costs the binary an instantiation of its own).
+// names are the peers given, sorted (slices.Sort of a []string, which the
+// binary has already: a generic sort of a map's keys, slices.Sorted, costs
+// an instantiation of its own).
 func (p *peerRestarts) names() []string {
 	names := make([]string, 0, len(*p))
 	for name := range *p {
 		names = append(names, name)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names
 }
 

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,7 +137,7 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 		for k := range f.series {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		for _, k := range keys {
 			s := f.series[k]
 			b.WriteString(f.name)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -242,12 +241,15 @@ func (p Policy) Decide(recs map[string]Record) Verdict {
 			pending = append(pending, name)
 		}
 	}
-	// Names are unique, so the order is total and need not be stable.
-	// sort.Slice, not slices.SortFunc: a generic sort is compiled anew for
-	// each element type, 6 KB of the binary for Record alone.
-	sort.Slice(ends, func(i, j int) bool {
-		return cmp.Or(ends[i].Time.Compare(ends[j].Time), strings.Compare(ends[i].Name, ends[j].Name)) < 0
-	})
+	// Names are unique, so the order is total and need not be stable. An
+	// insertion sort: a pod has a few peers, and neither a generic sort
+	// (compiled anew for each element type, 6 KB of the binary for Record
+	// alone) nor package sort is worth linking for them.
+	for i := 1; i < len(ends); i++ {
+		for j := i; j > 0 && cmp.Or(ends[j].Time.Compare(ends[j-1].Time), strings.Compare(ends[j].Name, ends[j-1].Name)) < 0; j-- {
+			ends[j], ends[j-1] = ends[j-1], ends[j]
+		}
+	}
 
 	v := Verdict{}
 	ok := 0

@@ -3,7 +3,6 @@ package portwatch
 import (
 	"net/netip"
 	"slices"
-	"sort"
 )
 
 // Socket is one TCP listening socket in the current network namespace.
@@ -20,8 +19,13 @@ func Ports(socks []Socket) []uint16 {
 	for _, s := range socks {
 		ports = append(ports, s.Addr.Port())
 	}
-	// sort.Slice, not slices.Sort: a generic sort is compiled anew for
-	// each element type, 4 KB of the binary for uint16 alone.
-	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+	// An insertion sort: a socket list is a few ports, and neither a
+	// generic sort (compiled anew for each element type, 4 KB of the
+	// binary for uint16 alone) nor package sort is worth linking for it.
+	for i := 1; i < len(ports); i++ {
+		for j := i; j > 0 && ports[j] < ports[j-1]; j-- {
+			ports[j], ports[j-1] = ports[j-1], ports[j]
+		}
+	}
 	return slices.Compact(ports)
 }
