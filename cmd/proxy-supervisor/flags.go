@@ -21,9 +21,28 @@ import (
 // wins over its variable.
 const EnvPrefix = "PROXY_SUPERVISOR_"
 
-// envName is the variable that backs a flag.
+// envName is the variable that backs a flag that means the same in every
+// command that has it (--control-dir): one variable in a pod's env then
+// serves them all.
 func envName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return EnvPrefix + envWord(flagName)
+}
+
+func envWord(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+
+// perCommand reports whether a flag's meaning and default differ from
+// command to command: --timeout is exec's wait for the proxy (10m), wait's
+// (1m) and prestop's hold (25s). Each command then reads a variable of its
+// own, PROXY_SUPERVISOR_WAIT_TIMEOUT: one set in a pod's env for a
+// postStart wait would otherwise reach every exec run there too.
+func perCommand(flagName string) bool { return flagName == "timeout" }
+
+// env is the variable that backs a flag of this command.
+func (f *flags) env(flagName string) string {
+	if perCommand(flagName) {
+		return EnvPrefix + envWord(f.fs.Name()) + "_" + envWord(flagName)
+	}
+	return envName(flagName)
 }
 
 // usageError is bad flags or usage: exit 2.
@@ -46,6 +65,9 @@ type flags struct {
 	// to set from its variable: fs.Visit cannot tell them apart, since
 	// the variables are set through fs.Set.
 	onCommandLine map[string]bool
+	// warnings are parse's lines for stderr: a variable read that is
+	// going away.
+	warnings []string
 }
 
 // checkFlag validates a command line without acting on it, like nginx -t:
@@ -86,9 +108,18 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 		if given[fl.Name] || err != nil || fl.Name == checkFlag {
 			return
 		}
-		if v := getenv(envName(fl.Name)); v != "" {
+		name := f.env(fl.Name)
+		v := getenv(name)
+		if shared := envName(fl.Name); v == "" && name != shared && getenv(shared) != "" {
+			// Read until a later release, as before this command had a
+			// variable of its own, and said, since it reaches every
+			// command that has the flag.
+			name, v = shared, getenv(shared)
+			f.warnings = append(f.warnings, fmt.Sprintf("proxy-supervisor: %s: %s is read as %s until a later release; set that instead: --%s means something else in each command", f.fs.Name(), shared, f.env(fl.Name), fl.Name))
+		}
+		if v != "" {
 			if e := f.fs.Set(fl.Name, v); e != nil {
-				err = usagef("%s: invalid value %q for --%s (from %s): %v", f.fs.Name(), v, fl.Name, envName(fl.Name), e)
+				err = usagef("%s: invalid value %q for --%s (from %s): %v", f.fs.Name(), v, fl.Name, name, e)
 			}
 		}
 	})
@@ -168,7 +199,7 @@ func dashed(msg string) string {
 // given reports whether a flag was set on the command line or through its
 // variable.
 func (f *flags) given(name string, getenv func(string) string) bool {
-	return f.explicit(name) || getenv(envName(name)) != ""
+	return f.explicit(name) || getenv(f.env(name)) != "" || getenv(envName(name)) != ""
 }
 
 // explicit reports whether a flag was given on the command line, not
@@ -196,7 +227,7 @@ func (f *flags) usage(w io.Writer) {
 		if fl.Name == checkFlag {
 			continue
 		}
-		fmt.Fprintf(w, "      env %s", envName(fl.Name))
+		fmt.Fprintf(w, "      env %s", f.env(fl.Name))
 		if fl.DefValue != "" {
 			fmt.Fprintf(w, ", default %s", fl.DefValue)
 		}

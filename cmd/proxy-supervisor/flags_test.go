@@ -65,6 +65,43 @@ func TestFlagWinsOverEnv(t *testing.T) {
 	}
 }
 
+// --timeout means a different wait in each command: each reads its own
+// variable, and the shared one only as a fallback that says it is going.
+func TestPerCommandVariable(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+		warn bool
+	}{
+		{"default", nil, nil, time.Minute, false},
+		{"its own", nil, map[string]string{"PROXY_SUPERVISOR_WAIT_TIMEOUT": "2s"}, 2 * time.Second, false},
+		{"another command's", nil, map[string]string{"PROXY_SUPERVISOR_PRESTOP_TIMEOUT": "2s"}, time.Minute, false},
+		{"the shared one, said", nil, map[string]string{"PROXY_SUPERVISOR_TIMEOUT": "3s"}, 3 * time.Second, true},
+		{"its own over the shared one", nil, map[string]string{"PROXY_SUPERVISOR_WAIT_TIMEOUT": "2s", "PROXY_SUPERVISOR_TIMEOUT": "3s"}, 2 * time.Second, false},
+		{"the flag over both", []string{"--timeout", "1s"}, map[string]string{"PROXY_SUPERVISOR_WAIT_TIMEOUT": "2s", "PROXY_SUPERVISOR_TIMEOUT": "3s"}, time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFlags("wait", "", "")
+			d := f.fs.Duration("timeout", time.Minute, "")
+			if _, err := f.parse(tt.args, envOf(tt.env)); err != nil || *d != tt.want {
+				t.Fatalf("got %v, %v; want %v", *d, err, tt.want)
+			}
+			warned := len(f.warnings) == 1 && strings.Contains(f.warnings[0], "PROXY_SUPERVISOR_TIMEOUT is read as PROXY_SUPERVISOR_WAIT_TIMEOUT")
+			if warned != tt.warn || len(f.warnings) > 1 {
+				t.Errorf("warnings %q, want one: %v", f.warnings, tt.warn)
+			}
+		})
+	}
+	var out, errw bytes.Buffer
+	if code := run([]string{"prestop", "--check"}, envOf(map[string]string{"PROXY_SUPERVISOR_TIMEOUT": "x"}), &out, &errw); code != 2 ||
+		!strings.Contains(errw.String(), "(from PROXY_SUPERVISOR_TIMEOUT)") || !strings.Contains(errw.String(), "set that instead") {
+		t.Errorf("a bad shared value: exit %d, stderr %q; want 2, the variable it came from and the warning", code, errw.String())
+	}
+}
+
 func TestHelpListsEnvAndDefault(t *testing.T) {
 	var out, errw bytes.Buffer
 	if code := run([]string{"supervise", "--help"}, envOf(nil), &out, &errw); code != 0 {

@@ -154,6 +154,9 @@ func usage(w io.Writer) {
 // code when the command must end here: 0 after --help, 2 after bad usage.
 func parseOrExit(f *flags, args []string, env func(string) string, stdout, stderr io.Writer) (rest []string, code int, done bool) {
 	rest, err := f.parse(args, env)
+	for _, w := range f.warnings {
+		fmt.Fprintln(stderr, w)
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		f.usage(stdout)
 		return nil, 0, true
