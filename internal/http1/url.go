@@ -101,6 +101,12 @@ func ParseURL(raw string) (URL, error) {
 	if bracketed {
 		host = h
 	}
+	// An IPv6 zone is written %25 in a URL (RFC 6874), and a bare % is a
+	// bad escape there: neither is of use for a server in the pod, so a %
+	// in the host is refused rather than read unlike net/url.
+	if strings.Contains(host, "%") {
+		return URL{}, errors.New("not a URL: an IPv6 zone (a % in the host) is not supported")
+	}
 	if err := CheckHost(host); err != nil {
 		return URL{}, err
 	}
