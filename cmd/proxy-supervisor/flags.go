@@ -108,14 +108,16 @@ func (f *flags) parse(args []string, getenv func(string) string) ([]string, erro
 		if given[fl.Name] || err != nil || fl.Name == checkFlag {
 			return
 		}
-		name := f.env(fl.Name)
-		v := getenv(name)
-		if shared := envName(fl.Name); v == "" && name != shared && getenv(shared) != "" {
+		own, shared := f.env(fl.Name), envName(fl.Name)
+		name, v := own, getenv(own)
+		if v == "" && own != shared {
 			// Read until a later release, as before this command had a
 			// variable of its own, and said, since it reaches every
 			// command that has the flag.
-			name, v = shared, getenv(shared)
-			f.warnings = append(f.warnings, fmt.Sprintf("proxy-supervisor: %s: %s is read as %s until a later release; set that instead: --%s means something else in each command", f.fs.Name(), shared, f.env(fl.Name), fl.Name))
+			if v = getenv(shared); v != "" {
+				name = shared
+				f.warnings = append(f.warnings, fmt.Sprintf("proxy-supervisor: %s: %s is read as %s until a later release; set that instead: --%s means something else in each command", f.fs.Name(), shared, own, fl.Name))
+			}
 		}
 		if v != "" {
 			if e := f.fs.Set(fl.Name, v); e != nil {
@@ -199,7 +201,8 @@ func dashed(msg string) string {
 // given reports whether a flag was set on the command line or through its
 // variable.
 func (f *flags) given(name string, getenv func(string) string) bool {
-	return f.explicit(name) || getenv(f.env(name)) != "" || getenv(envName(name)) != ""
+	// The shared variable too, as parse reads it for a per-command flag.
+	return f.explicit(name) || getenv(f.env(name)) != "" || perCommand(name) && getenv(envName(name)) != ""
 }
 
 // explicit reports whether a flag was given on the command line, not
