@@ -37,7 +37,9 @@ func TestVerdictWaitsForARunningPeer(t *testing.T) {
 			h.waitReady()
 			h.eventually("the book sees the peer running", func() bool { n, _ := h.s.book.Running(); return n == 1 })
 			h.complete("job", tt.code, "")
-			h.eventually("the verdict acted on", func() bool { return h.status().ExitCode != nil })
+			// The code is fixed first, then acted on: the state leaves ready
+			// a moment later, once the termination has counted the peers.
+			h.eventually("the verdict acted on", func() bool { return h.status().State != "ready" })
 			s := h.status()
 			if s.ExitCode == nil || *s.ExitCode != tt.code || s.DecidedBy != tt.decidedBy {
 				t.Fatalf("after job's end: exit code %v, decided by %q; want %d by %q, fixed at once", s.ExitCode, s.DecidedBy, tt.code, tt.decidedBy)
