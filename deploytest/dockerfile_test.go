@@ -137,12 +137,19 @@ func TestProxyDockerfile(t *testing.T) {
 	if !regexp.MustCompile(`^1\.\d+\.\d+$`).MatchString(version) {
 		t.Errorf("ARG ISTIO_VERSION=%q, want a release such as 1.31.0", version)
 	}
+	// The template's default proxy image is the one make image VERSION=dev
+	// tags at the injecting istiod's own Istio version.
 	values, err := os.ReadFile(istioValues)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(values), "proxyv2:"+version+"-") {
-		t.Errorf("%s does not use the proxy image of Istio %s", istioValues, version)
+	makefile, err := os.ReadFile(root + "/Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(values), `printf "proxy-supervisor/proxyv2:%s-dev" (toString .Values.global.tag)`) ||
+		!strings.Contains(string(makefile), "-t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(TAG) ") {
+		t.Errorf("%s's default proxy image is not make image's proxyv2:<Istio's version>-<version>", istioValues)
 	}
 }
 

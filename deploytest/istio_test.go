@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -145,8 +146,27 @@ func mustInject(t *testing.T, in *injector, job []byte) *corev1.PodSpec {
 	return &j.Spec.Template.Spec
 }
 
+// The binary's two deliveries: from the client image into the pod's
+// emptyDir, Istio's proxyv2 unchanged (a classic sidecar's default), or in
+// the proxy image (images/proxy.Dockerfile's proxyv2: a native sidecar, or
+// client-image none).
+const (
+	clientImage    = "proxy-supervisor/client:dev" // the template's default
+	rebuiltImage   = "proxy-supervisor/proxyv2:1.31.0-dev"
+	installedProxy = "/opt/proxy-supervisor/bin/proxy-supervisor"
+)
+
+// fromProxyImage are the annotations of a pod whose proxy image carries the
+// binary.
+func fromProxyImage(more map[string]string) map[string]string {
+	a := map[string]string{"proxy-supervisor.io/client-image": "none", "sidecar.istio.io/proxyImage": rebuiltImage}
+	maps.Copy(a, more)
+	return a
+}
+
 func TestIstioInjection(t *testing.T) {
 	const hold = "proxy.istio.io/config"
+	native := map[string]string{"sidecar.istio.io/nativeSidecar": "true"}
 	for _, tt := range []struct {
 		name        string
 		set         []string
@@ -157,14 +177,31 @@ func TestIstioInjection(t *testing.T) {
 	}{
 		{name: "classic", annotations: map[string]string{hold: ""}, order: []string{"job", "istio-proxy"}},
 		{name: "classic hold", hold: true, order: []string{"istio-proxy", "job"}},
-		{name: "native hold", native: true, hold: true, annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
+		{name: "native hold", native: true, hold: true, annotations: native, order: []string{"job"}},
 		{name: "native", native: true, annotations: map[string]string{hold: "", "sidecar.istio.io/nativeSidecar": "true"}, order: []string{"job"}},
 		{name: "cni", set: []string{"components.cni.enabled=true"}, hold: true, order: []string{"istio-proxy", "job"}},
+		{name: "classic proxy image", hold: true, annotations: fromProxyImage(nil), order: []string{"istio-proxy", "job"}},
+		{name: "native proxy image", native: true, hold: true, annotations: fromProxyImage(native), order: []string{"job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := newInjector(t, tt.set...)
 			job := meshJob(t, tt.annotations)
 			spec := mustInject(t, in, job)
+			plain := mustInject(t, in, meshJobWith(t, job, "sidecar"))
+			istio := find(plain.Containers, "istio-proxy")
+			if tt.native {
+				istio = find(plain.InitContainers, "istio-proxy")
+			}
+			fromClient := !tt.native && tt.annotations["proxy-supervisor.io/client-image"] != "none"
+			bin, image := installedProxy, istio.Image
+			switch {
+			case fromClient:
+			case tt.annotations["sidecar.istio.io/proxyImage"] != "":
+				bin, image = proxyBinary, rebuiltImage
+			default:
+				// Istio's tag, as make image VERSION=dev tags it.
+				bin, image = proxyBinary, "proxy-supervisor/proxyv2:"+istio.Image[strings.LastIndex(istio.Image, ":")+1:]+"-dev"
+			}
 			if got := names(spec.Containers); !slices.Equal(got, tt.order) {
 				t.Errorf("containers %q, want %q", got, tt.order)
 			}
@@ -181,16 +218,19 @@ func TestIstioInjection(t *testing.T) {
 			if proxy == nil {
 				t.Fatalf("no istio-proxy container")
 			}
-			if proxy.Image != "proxy-supervisor/proxyv2:1.31.0-dev" {
-				t.Errorf("istio-proxy image %q, want the one from values.yaml", proxy.Image)
+			if proxy.Image != image {
+				t.Errorf("istio-proxy image %q, want %q", proxy.Image, image)
 			}
 
 			// Istio's args stay; our command ends with pilot-agent.
-			want := []string{"/usr/local/bin/proxy-supervisor", "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
+			want := []string{bin, "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
 				"--extra-ready-url=http://127.0.0.1:15020/healthz/ready"}
 			if tt.native {
+				want = append(want, "--native-sidecar")
+			}
+			if tt.native {
 				// One container: it installs the binary itself.
-				want = append(want, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
+				want = append(want, "--install=/opt/proxy-supervisor/bin")
 			}
 			want = append(want, "--", "/usr/local/bin/pilot-agent")
 			if !slices.Equal(proxy.Command, want) {
@@ -203,7 +243,7 @@ func TestIstioInjection(t *testing.T) {
 
 			// Hooks: prestop always; wait only when the app is held by it.
 			if l := proxy.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Exec == nil ||
-				!slices.Equal(l.PreStop.Exec.Command, []string{"/usr/local/bin/proxy-supervisor", "prestop"}) || l.PreStop.HTTPGet != nil {
+				!slices.Equal(l.PreStop.Exec.Command, []string{bin, "prestop"}) || l.PreStop.HTTPGet != nil {
 				t.Errorf("preStop %+v, want proxy-supervisor prestop alone", l)
 			}
 			var postStart []string
@@ -212,16 +252,11 @@ func TestIstioInjection(t *testing.T) {
 			}
 			// A native sidecar's postStart holds the app, hold or not.
 			held := tt.hold || tt.native
-			if held != (len(postStart) > 0) || (held && postStart[1] != "wait") {
+			if held != (len(postStart) > 0) || (held && (postStart[0] != bin || postStart[1] != "wait")) {
 				t.Errorf("postStart %q with hold=%v, native=%v", postStart, tt.hold, tt.native)
 			}
 
 			// Probes point at the health port and keep Istio's timing.
-			plain := mustInject(t, in, meshJobWith(t, job, "sidecar"))
-			istio := find(plain.Containers, "istio-proxy")
-			if tt.native {
-				istio = find(plain.InitContainers, "istio-proxy")
-			}
 			probes := map[string][2]*corev1.Probe{
 				"readiness": {proxy.ReadinessProbe, istio.ReadinessProbe},
 				"startup":   {proxy.StartupProbe, istio.StartupProbe},
@@ -276,6 +311,14 @@ func TestIstioInjection(t *testing.T) {
 			}
 			install := find(spec.InitContainers, "proxy-supervisor-install")
 			switch {
+			case fromClient:
+				if install == nil || install.Image != clientImage || !slices.Equal(install.Command, []string{clientBinary, "install", "/opt/proxy-supervisor/bin"}) {
+					t.Fatalf("install init container %+v, want the client image's %s install", install, clientBinary)
+				}
+				checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)
+				if m := mountOf(proxy, "proxy-supervisor-bin"); m == nil || !m.ReadOnly || !strings.HasPrefix(bin, m.MountPath+"/") {
+					t.Errorf("istio-proxy mounts the binary's volume at %+v, want it read-only under %s", m, bin)
+				}
 			case tt.native && install != nil:
 				t.Errorf("native mode: an install init container %+v; istio-proxy installs the binary itself", install)
 			case tt.native:

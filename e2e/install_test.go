@@ -139,9 +139,9 @@ func TestInstallWarnsOfANoexecVolume(t *testing.T) {
 				t.Fatalf("%s, %s: %v\n%s", tc.name, opts, err, out)
 			}
 			s := string(out)
-			warned := strings.Contains(s, "is on a noexec mount here") && strings.Contains(s, "image volume")
+			warned := strings.Contains(s, "is on a noexec mount here") && strings.Contains(s, "put the binary in the app's image")
 			if !strings.Contains(s, "exit 0") || warned != (opts == "noexec") {
-				t.Fatalf("%s into a %s tmpfs: %q, want the copy made, and a warning naming the mount and the ways out only for noexec", tc.name, opts, s)
+				t.Fatalf("%s into a %s tmpfs: %q, want the copy made, and a warning naming the mount and the way out only for noexec", tc.name, opts, s)
 			}
 		}
 	}

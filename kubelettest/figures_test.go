@@ -102,9 +102,10 @@ func podForms() []podForm {
 				needPilotAgent(t)
 				p := fromDeploy(t, "istio/job-override.yaml", name, app...)
 				c := nativeIstio(t, p)
+				rebuilt(t, c) // a native istio-proxy runs the proxy image
 				i := slices.Index(c.Command, "--")
 				c.Command = slices.Insert(c.Command, i, "--native-sidecar")
-				c.Lifecycle.PostStart.Exec.Command = []string{"/usr/local/bin/proxy-supervisor", "wait", "--timeout=600s"}
+				c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
 				c.StartupProbe = nil
 				return p
 			}, bounds: ours},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,13 @@ func istioProxy(t *testing.T, pod *corev1.Pod, c *corev1.Container) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Istio's own proxyv2 where the pod runs the binary its install
+	// container copied from the client image; else the proxy image, which
+	// carries it (images/proxy.Dockerfile).
 	c.Image = istioImage
+	if len(c.Command) > 0 && strings.HasPrefix(c.Command[0], "/opt/proxy-supervisor/") {
+		c.Image = istioBase
+	}
 	c.Args = []string{"proxy", "sidecar"}
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: "PROXY_CONFIG", Value: string(proxyConfig)},
@@ -186,21 +193,81 @@ func ref[T any](v T) *T { return &v }
 // carries the proxy's command itself: the Job's app, under exec, gets its
 // answer through Envoy (run by pilot-agent) and completes; the supervisor
 // stops Envoy, pilot-agent exits with it, and every container exits 0.
+// The binary's deliveries, as the template renders them: a classic
+// sidecar on Istio's proxyv2 unchanged, running the binary the install
+// container copied from the client image (its default); a classic one on
+// the proxy image that carries it (client-image none); and a native one on
+// the proxy image, which copies it for the app itself (Istio starts a
+// native istio-proxy before any init container of a template).
 func TestIstioPilotAgentJob(t *testing.T) {
 	t.Parallel()
 	needPilotAgent(t)
-	n := theNode
-	n.run(t, fromDeploy(t, "istio/job-override.yaml", "istio-job", "/podapp", "get", hello))
-	p := n.waitPhase(t, "istio-job", jobTimeout, corev1.PodSucceeded)
-	wantExits(t, p, map[string]exited{"proxy-supervisor-install": {0, 0}, "istio-proxy": {0, 0}, "job": {0, 0}})
-	// The container's log: pilot-agent ran the fake Envoy, and the
-	// completion stopped them.
-	logs := n.logs(t, "istio-job", "istio-proxy")
-	for _, want := range []string{"Envoy command: [-c etc/istio/proxy/envoy-rev.json", `decided_by="every peer succeeded"`} {
-		if !strings.Contains(logs, want) {
-			t.Fatalf("the proxy container's log lacks %q:\n%s", want, logs)
-		}
+	for _, tt := range []struct {
+		name, image string
+		native      bool
+	}{
+		{"istio-job", istioBase, false},
+		{"istio-job-native", istioImage, true},
+		{"istio-job-rebuilt", istioImage, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := theNode
+			pod := fromDeploy(t, "istio/job-override.yaml", tt.name, "/podapp", "get", hello)
+			proxy := container(pod, "istio-proxy")
+			if tt.image == istioImage {
+				rebuilt(t, proxy)
+			}
+			if proxy.Image != tt.image {
+				t.Fatalf("istio-proxy runs %s, want %s", proxy.Image, tt.image)
+			}
+			if tt.native {
+				proxy = nativeIstio(t, pod)
+				i := slices.Index(proxy.Command, "--")
+				proxy.Command = slices.Insert(proxy.Command, i, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
+				proxy.Lifecycle.PostStart.Exec.Command = []string{proxy.Command[0], "wait", "--timeout=600s"}
+				proxy.StartupProbe = nil
+				proxy.VolumeMounts = append(proxy.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
+				pod.Spec.InitContainers = slices.DeleteFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
+			}
+			n.run(t, pod)
+			p := n.waitPhase(t, tt.name, jobTimeout, corev1.PodSucceeded)
+			want := map[string]exited{"proxy-supervisor-install": {0, 0}, "istio-proxy": {0, 0}, "job": {0, 0}}
+			if tt.native {
+				delete(want, "proxy-supervisor-install")
+			}
+			wantExits(t, p, want)
+			// The container's log: pilot-agent ran the fake Envoy, and the
+			// completion stopped them (a native sidecar's end is the
+			// kubelet's, once the app has exited: its exit 0 above).
+			logs := n.logs(t, tt.name, "istio-proxy")
+			wants := []string{"Envoy command: [-c etc/istio/proxy/envoy-rev.json"}
+			if !tt.native {
+				wants = append(wants, `decided_by="every peer succeeded"`)
+			}
+			for _, want := range wants {
+				if !strings.Contains(logs, want) {
+					t.Fatalf("the proxy container's log lacks %q:\n%s", want, logs)
+				}
+			}
+		})
 	}
+}
+
+// rebuilt makes job-override.yaml's istio-proxy the proxy image's form:
+// the binary at /usr/local/bin in the image (images/proxy.Dockerfile), no
+// mount of the client's copy.
+func rebuilt(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	const installed, inImage = "/opt/proxy-supervisor/bin/proxy-supervisor", "/usr/local/bin/proxy-supervisor"
+	if c.Command[0] != installed {
+		t.Fatalf("istio-proxy runs %s, want %s", c.Command[0], installed)
+	}
+	c.Command[0], c.Image = inImage, istioImage
+	for _, h := range []*corev1.LifecycleHandler{c.Lifecycle.PostStart, c.Lifecycle.PreStop} {
+		h.Exec.Command[0] = inImage
+	}
+	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "proxy-supervisor-bin" })
 }
 
 // A pod deletion with the real pilot-agent as the child: the app's preStop

@@ -131,7 +131,7 @@ func buildImages(agent pilotAgent) ([]string, error) {
 	}
 	// What the shipped images are built from: the binary, and the Envoy
 	// and Istio images without it.
-	base := istioHub + "/proxyv2:" + istioBaseTag
+	base := istioBase
 	images = append(images, image{binaryImage, []imageFile{{bin("proxy-supervisor"), "out/proxy-supervisor"}}, nil},
 		image{envoyBase, baseFiles, []string{"/usr/local/bin/envoy"}})
 	if agent.missing == "" {
@@ -161,7 +161,9 @@ func buildImages(agent pilotAgent) ([]string, error) {
 	maps.Copy(tars, shipped)
 	delete(tars, binaryImage)
 	delete(tars, envoyBase)
-	delete(tars, base)
+	// The Istio base stays: it is the unchanged proxyv2 that
+	// istio/job-override.yaml's istio-proxy runs, the binary coming from
+	// the client image.
 	return slices.Sorted(maps.Values(tars)), nil
 }
 

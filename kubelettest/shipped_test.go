@@ -30,6 +30,7 @@ const binaryImage = "docker.io/proxy-supervisor-test/binary:dev"
 const (
 	istioHub     = "docker.io/proxy-supervisor-test"
 	istioBaseTag = "base"
+	istioBase    = istioHub + "/proxyv2:" + istioBaseTag
 	envoyBase    = istioHub + "/envoy:" + istioBaseTag
 )
 

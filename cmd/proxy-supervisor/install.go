@@ -78,5 +78,5 @@ func noexec(dir string) string {
 	if unix.Statfs(dir, &st) != nil || st.Flags&unix.ST_NOEXEC == 0 {
 		return ""
 	}
-	return dir + " is on a noexec mount here: an app container whose mount of it is noexec too (KEP-5855's noexec volume mounts, or a noexec kubelet directory) cannot run the binary from it and fails to start with \"permission denied\"; put the binary in the app's image or mount it from an image volume (docs/images.md)"
+	return dir + " is on a noexec mount here: an app container whose mount of it is noexec too (KEP-5855's noexec volume mounts, or a noexec kubelet directory) cannot run the binary from it and fails to start with \"permission denied\"; put the binary in the app's image (docs/images.md)"
 }
