@@ -159,7 +159,7 @@ const (
 // fromProxyImage are the annotations of a pod whose proxy image carries the
 // binary.
 func fromProxyImage(more map[string]string) map[string]string {
-	a := map[string]string{"proxy-supervisor.io/client-image": "none", "sidecar.istio.io/proxyImage": rebuiltImage}
+	a := map[string]string{"proxy-supervisor.io/client-image": "none", "proxy-supervisor.io/proxy-image": rebuiltImage}
 	maps.Copy(a, more)
 	return a
 }
@@ -182,6 +182,7 @@ func TestIstioInjection(t *testing.T) {
 		{name: "cni", set: []string{"components.cni.enabled=true"}, hold: true, order: []string{"istio-proxy", "job"}},
 		{name: "classic proxy image", hold: true, annotations: fromProxyImage(nil), order: []string{"istio-proxy", "job"}},
 		{name: "native proxy image", native: true, hold: true, annotations: fromProxyImage(native), order: []string{"job"}},
+		{name: "classic none", hold: true, annotations: map[string]string{"proxy-supervisor.io/client-image": "none"}, order: []string{"istio-proxy", "job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := newInjector(t, tt.set...)
@@ -196,7 +197,7 @@ func TestIstioInjection(t *testing.T) {
 			bin, image := installedProxy, istio.Image
 			switch {
 			case fromClient:
-			case tt.annotations["sidecar.istio.io/proxyImage"] != "":
+			case tt.annotations["proxy-supervisor.io/proxy-image"] != "":
 				bin, image = proxyBinary, rebuiltImage
 			default:
 				// Istio's tag, as make image VERSION=dev tags it.
@@ -226,11 +227,8 @@ func TestIstioInjection(t *testing.T) {
 			want := []string{bin, "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
 				"--extra-ready-url=http://127.0.0.1:15020/healthz/ready"}
 			if tt.native {
-				want = append(want, "--native-sidecar")
-			}
-			if tt.native {
 				// One container: it installs the binary itself.
-				want = append(want, "--install=/opt/proxy-supervisor/bin")
+				want = append(want, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
 			}
 			want = append(want, "--", "/usr/local/bin/pilot-agent")
 			if !slices.Equal(proxy.Command, want) {

@@ -45,6 +45,7 @@ FROM ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}
 COPY --from=binary /out/proxy-supervisor /usr/local/bin/proxy-supervisor
 # No ENTRYPOINT or CMD here: the image keeps proxyv2's ENTRYPOINT,
 # pilot-agent. istio-init and istio-validation run this same image with
-# other arguments, and sidecar.istio.io/proxyImage (or global.proxy.image)
-# swaps all of them at once. The injection template starts proxy-supervisor
-# through the container's command instead.
+# other arguments, so a pod's sidecar.istio.io/proxyImage, which reaches
+# them too, changes nothing for them. The injection template starts
+# proxy-supervisor through the container's command instead, on a native
+# istio-proxy (or a classic one under client-image none).

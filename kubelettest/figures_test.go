@@ -101,12 +101,7 @@ func podForms() []podForm {
 			pod: func(t *testing.T, name string, app ...string) *corev1.Pod {
 				needPilotAgent(t)
 				p := fromDeploy(t, "istio/job-override.yaml", name, app...)
-				c := nativeIstio(t, p)
-				rebuilt(t, c) // a native istio-proxy runs the proxy image
-				i := slices.Index(c.Command, "--")
-				c.Command = slices.Insert(c.Command, i, "--native-sidecar")
-				c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
-				c.StartupProbe = nil
+				nativeOnProxyImage(t, p)
 				return p
 			}, bounds: ours},
 		{key: "istio-native", subject: "baseline: Istio's native injection (pilot-agent alone, startupProbe 1 s, its own drain)", proxy: "istio-proxy", app: "job",

@@ -203,37 +203,23 @@ func TestIstioPilotAgentJob(t *testing.T) {
 	t.Parallel()
 	needPilotAgent(t)
 	for _, tt := range []struct {
-		name, image string
-		native      bool
+		name string
+		form func(*testing.T, *corev1.Pod)
 	}{
-		{"istio-job", istioBase, false},
-		{"istio-job-native", istioImage, true},
-		{"istio-job-rebuilt", istioImage, false},
+		{"istio-job", func(*testing.T, *corev1.Pod) {}}, // job-override.yaml as it is
+		{"istio-job-native", nativeOnProxyImage},
+		{"istio-job-rebuilt", classicOnProxyImage},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			n := theNode
 			pod := fromDeploy(t, "istio/job-override.yaml", tt.name, "/podapp", "get", hello)
-			proxy := container(pod, "istio-proxy")
-			if tt.image == istioImage {
-				rebuilt(t, proxy)
-			}
-			if proxy.Image != tt.image {
-				t.Fatalf("istio-proxy runs %s, want %s", proxy.Image, tt.image)
-			}
-			if tt.native {
-				proxy = nativeIstio(t, pod)
-				i := slices.Index(proxy.Command, "--")
-				proxy.Command = slices.Insert(proxy.Command, i, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
-				proxy.Lifecycle.PostStart.Exec.Command = []string{proxy.Command[0], "wait", "--timeout=600s"}
-				proxy.StartupProbe = nil
-				proxy.VolumeMounts = append(proxy.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
-				pod.Spec.InitContainers = slices.DeleteFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
-			}
+			tt.form(t, pod)
+			native := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "istio-proxy" })
 			n.run(t, pod)
 			p := n.waitPhase(t, tt.name, jobTimeout, corev1.PodSucceeded)
 			want := map[string]exited{"proxy-supervisor-install": {0, 0}, "istio-proxy": {0, 0}, "job": {0, 0}}
-			if tt.native {
+			if native {
 				delete(want, "proxy-supervisor-install")
 			}
 			wantExits(t, p, want)
@@ -242,7 +228,7 @@ func TestIstioPilotAgentJob(t *testing.T) {
 			// kubelet's, once the app has exited: its exit 0 above).
 			logs := n.logs(t, tt.name, "istio-proxy")
 			wants := []string{"Envoy command: [-c etc/istio/proxy/envoy-rev.json"}
-			if !tt.native {
+			if !native {
 				wants = append(wants, `decided_by="every peer succeeded"`)
 			}
 			for _, want := range wants {
@@ -252,6 +238,39 @@ func TestIstioPilotAgentJob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// classicOnProxyImage makes job-override.yaml's pod what the template
+// renders under client-image none: istio-proxy on the proxy image, and the
+// install container copying the binary from that image, as the proxy's uid.
+func classicOnProxyImage(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	rebuilt(t, container(p, "istio-proxy"))
+	i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
+	if i < 0 {
+		t.Fatal("job-override.yaml: no proxy-supervisor-install")
+	}
+	install := &p.Spec.InitContainers[i]
+	install.Image = istioImage
+	install.Command = []string{"/usr/local/bin/proxy-supervisor", "install", "/opt/proxy-supervisor/bin"}
+	install.SecurityContext.RunAsUser = ref[int64](1337)
+}
+
+// nativeOnProxyImage makes job-override.yaml's pod what the template
+// renders for a native sidecar: istio-proxy an init container on the proxy
+// image that copies the binary for the app itself (--install), since Istio
+// starts it before every other init container, and no install container;
+// its postStart wait holds the app, and Istio's startupProbe is gone.
+func nativeOnProxyImage(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
+	c := nativeIstio(t, p)
+	rebuilt(t, c)
+	i := slices.Index(c.Command, "--")
+	c.Command = slices.Insert(c.Command, i, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
+	c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
+	c.StartupProbe = nil
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
 }
 
 // rebuilt makes job-override.yaml's istio-proxy the proxy image's form:
