@@ -40,6 +40,11 @@ func TestReadyUntilHints(t *testing.T) {
 			if h.logged("listeners drained") {
 				t.Fatal("a drain call in the delay")
 			}
+			// Once the drain has read its start (it logs "drain started"
+			// just after): the status says draining a moment before, and a
+			// clock moved then would put the start, and the delay's end, a
+			// whole delay later (the cold run of dc6733d, 13:34).
+			h.eventually("the drain read its start", func() bool { return h.logged("drain started") })
 			clk.Advance(delay)
 			h.eventually("the drain call accepted", func() bool { return h.logged("listeners drained") })
 			h.eventually("readiness withdrawn after the hints", func() bool {
