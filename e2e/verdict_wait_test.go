@@ -52,10 +52,13 @@ func TestVerdictWaitsForARunningPeer(t *testing.T) {
 			up := p.upload(time.Second)
 			p.envoyStat("http.outbound.downstream_rq_active", 1) // under way when job ends
 
+			// Before job starts: the supervisor acts on job's record, which
+			// exec writes just before it exits, so the exit seen here may
+			// come after the drain's start.
+			decided := time.Now()
 			if code := p.app("job", nil, tt.script).Exit(soon); code != tt.code {
 				t.Fatalf("job exit %d, want %d", code, tt.code)
 			}
-			decided := time.Now()
 			if u := <-up; u.err != nil || u.code != 200 {
 				t.Fatalf("uploader's request in flight when job ended: %d, %v; want 200 (the proxy was stopped under it)", u.code, u.err)
 			}

@@ -117,6 +117,9 @@ func TestSigtermJoinsTheVerdictsDrain(t *testing.T) {
 	h.waitReady()
 	h.eventually("the book sees the peer running", func() bool { n, _ := h.s.book.Running(); return n == 1 })
 	h.complete("job", 3, "")
+	// The verdict first: the actor reads the book on its own turn, and a
+	// SIGTERM pending beside it could be taken first.
+	h.eventually("the verdict's drain started", func() bool { return h.status().State == "draining" })
 	h.signal(syscall.SIGTERM)
 	h.running(notEnded)
 	holder.Process.Kill()
