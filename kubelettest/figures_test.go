@@ -110,7 +110,7 @@ func podForms() []podForm {
 				p := fromDeploy(t, "istio/job-override.yaml", name, app...)
 				// Nothing of this project's runs first: its install
 				// container would delay the app's start by its own run.
-				p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
+				dropInstall(p)
 				c := nativeIstio(t, p)
 				// As Istio renders it natively: pilot-agent is the
 				// entrypoint, the startupProbe holds the app, the preStop

@@ -246,11 +246,10 @@ func TestIstioPilotAgentJob(t *testing.T) {
 func classicOnProxyImage(t *testing.T, p *corev1.Pod) {
 	t.Helper()
 	rebuilt(t, container(p, "istio-proxy"))
-	i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
-	if i < 0 {
+	install := container(p, "proxy-supervisor-install")
+	if install == nil {
 		t.Fatal("job-override.yaml: no proxy-supervisor-install")
 	}
-	install := &p.Spec.InitContainers[i]
 	install.Image = istioImage
 	install.Command = []string{"/usr/local/bin/proxy-supervisor", "install", "/opt/proxy-supervisor/bin"}
 	install.SecurityContext.RunAsUser = ref[int64](1337)
@@ -263,7 +262,7 @@ func classicOnProxyImage(t *testing.T, p *corev1.Pod) {
 // its postStart wait holds the app, and Istio's startupProbe is gone.
 func nativeOnProxyImage(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
+	dropInstall(p)
 	c := nativeIstio(t, p)
 	rebuilt(t, c)
 	i := slices.Index(c.Command, "--")
@@ -271,6 +270,12 @@ func nativeOnProxyImage(t *testing.T, p *corev1.Pod) {
 	c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
 	c.StartupProbe = nil
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
+}
+
+// dropInstall removes job-override.yaml's install container: nothing runs
+// before a native istio-proxy that Istio injects.
+func dropInstall(p *corev1.Pod) {
+	p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "proxy-supervisor-install" })
 }
 
 // rebuilt makes job-override.yaml's istio-proxy the proxy image's form:
