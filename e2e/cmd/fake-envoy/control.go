@@ -21,10 +21,11 @@ type fixture struct {
 	exit  func(code int)
 }
 
-// serveControl takes fixture commands on a unix socket, one per line, answering "ok"
-// (or "ok: …" with what the command found: busy's) or "error: …" to each, once the
-// command is done (busy's at its spell's end). It lets a test move the fake at runtime.
-func serveControl(path string, f fixture) (io.Closer, error) {
+// listenControl binds the control socket. main binds it before the fake
+// starts, so that a test which saw the proxy ready (the admin port answers)
+// finds the socket there: a connection made before serveControl waits in the
+// listen backlog.
+func listenControl(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
@@ -32,6 +33,13 @@ func serveControl(path string, f fixture) (io.Closer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	return ln, nil
+}
+
+// serveControl takes fixture commands on ln, one per line, answering "ok"
+// (or "ok: …" with what the command found: busy's) or "error: …" to each, once the
+// command is done (busy's at its spell's end). It lets a test move the fake at runtime.
+func serveControl(ln net.Listener, f fixture) {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -41,7 +49,6 @@ func serveControl(path string, f fixture) (io.Closer, error) {
 			go f.serve(c)
 		}
 	}()
-	return ln, nil
 }
 
 func (f fixture) serve(c net.Conn) {

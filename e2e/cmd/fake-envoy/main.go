@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"sync"
@@ -106,6 +107,16 @@ func run(args []string, stderr io.Writer) int {
 			}
 		}
 	}
+	// The control socket is bound before the admin port can answer: a test
+	// that saw the proxy ready may drive the fixture at once.
+	var ctl net.Listener
+	if cfg.control != "" {
+		if ctl, err = listenControl(cfg.control); err != nil {
+			critical(err.Error())
+			return 1
+		}
+		cleanups.add(func() { ctl.Close() })
+	}
 	e, err := fakeenvoy.Start(opts)
 	if err != nil {
 		critical(err.Error())
@@ -116,13 +127,8 @@ func run(args []string, stderr io.Writer) int {
 		log.Info("exiting")
 		os.Exit(code)
 	}
-	if cfg.control != "" {
-		ctl, err := serveControl(cfg.control, fixture{envoy: e, crash: func() { crash(unix.SIGSEGV) }, exit: exit})
-		if err != nil {
-			critical(err.Error())
-			return 1
-		}
-		cleanups.add(func() { ctl.Close() })
+	if ctl != nil {
+		serveControl(ctl, fixture{envoy: e, crash: func() { crash(unix.SIGSEGV) }, exit: exit})
 	}
 	// The address file comes before the ready file, and whole: a reader that
 	// waits for the ready file then reads the address must find it.
