@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock/clocktest"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/control"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 // testWindow is the deletion window of the in-process tests: long enough
-// for a preStop or SIGTERM sent right after the app's report, short enough
-// not to slow the tests.
+// for a preStop or SIGTERM sent right after the app's report where the
+// wall clock runs it, short enough not to slow the tests.
 const testWindow = 300 * time.Millisecond
 
 // The deletion race: on a pod's deletion the kubelet SIGTERMs the app at
@@ -43,28 +44,33 @@ func TestDeletionRace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := startSupervisor(t, func(_ *harness, c *Config) { c.DeletionWindow = testWindow })
+			// On a fake clock: the window ends when the test says, so the
+			// kubelet's act "within the window" is within it however
+			// slowly this machine runs the test.
+			clk := clocktest.New()
+			h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) { c.DeletionWindow = testWindow }))
 			h.waitReady()
-			reported := time.Now()
+			reported := clk.Now()
 			h.complete("app", 143, "signaled")
 			h.eventually("the verdict waits", func() bool {
 				return h.logged("peer ended by SIGTERM; waiting for a pod deletion's preStop or SIGTERM before deciding the exit code")
 			})
+			if !clk.WaitArmed(reported.Add(testWindow), armedWithin) {
+				t.Fatalf("no timer armed for the deletion window at %v; armed at %v", testWindow, since(reported, clk.Armed()))
+			}
 			if s := h.status(); s.ExitCode != nil || s.State != "ready" {
 				t.Fatalf("within the window: state %q, exit code decided: %v; want ready and undecided", s.State, s.ExitCode != nil)
 			}
 			tt.then(h)
+			if tt.code != 0 {
+				clk.Advance(testWindow) // the window ends: the peer's code decides, not before
+			}
 			code := h.wait(5 * time.Second)
 			if code != tt.code {
 				t.Fatalf("Run = %d, want %d", code, tt.code)
 			}
 			if s := h.status(); s.DecidedBy != tt.decidedBy {
 				t.Errorf("decided by %q, want %q", s.DecidedBy, tt.decidedBy)
-			}
-			if tt.code != 0 {
-				if took := time.Since(reported); took < testWindow {
-					t.Errorf("decided %v after the report, before the %v window ended", took, testWindow)
-				}
 			}
 		})
 	}
@@ -142,16 +148,22 @@ func TestDeletionWait(t *testing.T) {
 // the proxy's preStop comes after the deletion window: still a deletion,
 // exit 0. (The window alone decided 143 before the hook.)
 func TestStoppedPeerWaitsPastTheWindow(t *testing.T) {
-	h := startSupervisor(t, func(_ *harness, c *Config) { c.DeletionWindow, c.GracePeriod = testWindow, time.Minute })
+	const grace = time.Minute
+	clk := clocktest.New()
+	h := startSupervisor(t, onFakeClock(clk, func(_ *harness, c *Config) { c.DeletionWindow, c.GracePeriod = testWindow, grace }))
 	h.waitReady()
-	err := h.s.Complete(context.Background(), control.Completion{Peer: "app", Code: 143, Reason: "signaled", StopSignal: "SIGTERM", StoppedAt: time.Now()})
+	stopped := clk.Now()
+	err := h.s.Complete(context.Background(), control.Completion{Peer: "app", Code: 143, Reason: "signaled", StopSignal: "SIGTERM", StoppedAt: stopped})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("the verdict waits", func() bool { return h.logged("peer stopped from outside; waiting for the pod's termination") })
-	// A negative: nothing may happen as the window passes. Nothing is due
-	// before the minute's grace period, so a slow machine cannot fail it.
-	time.Sleep(2 * testWindow)
+	// The wait runs to the grace period and the window, from the stop; the
+	// clock then passes the window alone, and nothing may be decided.
+	if !clk.WaitArmed(stopped.Add(grace+testWindow), armedWithin) {
+		t.Fatalf("no timer armed for the termination's wait at %v; armed at %v", grace+testWindow, since(stopped, clk.Armed()))
+	}
+	clk.Advance(2 * testWindow)
 	if s := h.status(); s.ExitCode != nil || s.State != "ready" {
 		t.Fatalf("past the window: state %q, exit code decided: %v; want ready and undecided", s.State, s.ExitCode != nil)
 	}

@@ -83,9 +83,7 @@ func TestCompletionEndsRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := startSupervisor(t, func(_ *harness, c *Config) { c.Policy, c.DeletionWindow = tt.policy, testWindow })
 			h.waitReady()
-			var completedAt time.Time
 			for i, st := range tt.steps {
-				completedAt = time.Now()
 				if st.ends {
 					h.complete(st.peer, st.code, st.reason)
 				} else {
@@ -107,11 +105,10 @@ func TestCompletionEndsRun(t *testing.T) {
 				t.Errorf("status after Run: state %q, exit code %v, decided by %q; want exited, %d, %q",
 					s.State, s.ExitCode, s.DecidedBy, tt.code, tt.decidedBy)
 			}
-			// Stopped by /quitquitquit: at once, with neither signal
-			// needed. The fake Envoy logs a caught SIGTERM.
-			if since := time.Since(completedAt); since > h.cfg.QuitGrace+testWindow {
-				t.Errorf("Run returned %v after the last completion; /quitquitquit should stop it within the %v grace (after a %v deletion window)", since, h.cfg.QuitGrace, testWindow)
-			}
+			// Stopped by /quitquitquit, with neither signal needed: the
+			// supervisor logs an escalation, and the fake Envoy a caught
+			// SIGTERM. (Evidence, not the time Run took: a loaded machine
+			// may take longer than the grace to run the whole stop.)
 			if h.logged("escalated to") || h.logged("admin /quitquitquit failed") {
 				t.Error("stop escalated beyond /quitquitquit")
 			}
