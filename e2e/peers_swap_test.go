@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,9 +78,14 @@ func TestSwappedPeersDirHidesNoRunningApp(t *testing.T) {
 	if out := sup.Out.String(); !strings.Contains(out, "peers_err=") {
 		t.Errorf("the drain never said why it waited:\n%s", out)
 	}
-	sup.Signal(syscall.SIGTERM)
+	// The app succeeded, and was the only peer: the supervisor stops at the
+	// drain's end by itself, the moment the hook returns (no SIGTERM is
+	// needed, nor may one find it still running).
 	if code := sup.Exit(soon); code != 0 {
 		t.Errorf("supervisor exit %d, want 0 (the preStop decided)", code)
+	}
+	if out := sup.Out.String(); !strings.Contains(out, `reason="every peer succeeded"`) {
+		t.Errorf("the supervisor did not stop for the app's success:\n%s", out)
 	}
 }
 
