@@ -25,7 +25,7 @@ LDFLAGS = -s -w $(ENTRY) -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X 
 # An image tag cannot hold a +: the build metadata's + becomes _ there.
 TAG     = $(subst +,_,$(VERSION))
 
-.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs
+.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs release pin-bases
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -187,6 +187,24 @@ image:
 		-t $(REGISTRY)/client:$(TAG) .
 	docker build -f images/envoy.Dockerfile $(BUILD_ARGS) \
 		-t $(REGISTRY)/envoy:$(TAG) .
+
+# Everything a release publishes, into dist/, each piece verified
+# (scripts/release.sh; docs/release.md): the static binaries for linux/amd64
+# and linux/arm64 with SHA256SUMS, the three images as multi-arch image
+# indexes on their bases pinned by digest (images/release.env), an SPDX and
+# a CycloneDX SBOM of every binary and image, and cosign's signatures and
+# SBOM attestations, all in a registry of the release's own on loopback.
+# Needs root and Debian's buildah; the tools come from tools/go.mod.
+# RELEASE_BASES=standin builds on stand-in bases where docker.io is out of
+# reach.
+release:
+	bash scripts/release.sh
+
+# Writes the digests of the bases that images/envoy.Dockerfile and
+# images/proxy.Dockerfile name into images/release.env, read from their
+# registry (Debian's skopeo; needs the network).
+pin-bases:
+	bash scripts/pin-bases.sh
 
 # Every benchmark beside its baselines (tini, dumb-init, pilot-agent, scuttle's
 # pattern, the shell loops), then docs/benchmarks.md's current run and

@@ -22,7 +22,11 @@ ARG GO_VERSION=1.26
 # which builds offline, passes one with the binary it built).
 ARG BINARY=build
 
-FROM golang:${GO_VERSION} AS build
+# The build stage runs on the builder's own platform and cross-compiles
+# for the image's (TARGETARCH): a multi-arch build needs no emulation.
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+ARG TARGETOS=linux
+ARG TARGETARCH
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -35,13 +39,29 @@ COPY VERSION ./
 ARG VERSION=
 ARG COMMIT=
 ARG BUILD_DATE=
-RUN CGO_ENABLED=0 go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
     -ldflags "-s -w -E=proxy_supervisor_entry -X main.version=${VERSION:-$(cat VERSION)} -X main.commit=${COMMIT} -X main.date=${BUILD_DATE}" \
     -o /out/proxy-supervisor ./cmd/proxy-supervisor
 
 FROM ${BINARY} AS binary
 
 FROM ${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}
+ARG ISTIO_HUB
+ARG ISTIO_VERSION
+# OCI labels (make image and make release pass VERSION, COMMIT and
+# BUILD_DATE; the base's name holds its digest where a release pins it).
+ARG VERSION=
+ARG COMMIT=
+ARG BUILD_DATE=
+LABEL org.opencontainers.image.title="proxy-supervisor proxyv2" \
+      org.opencontainers.image.description="Istio's proxyv2 with proxy-supervisor added" \
+      org.opencontainers.image.source="https://github.com/proxy-supervisor/proxy-supervisor" \
+      org.opencontainers.image.url="https://github.com/proxy-supervisor/proxy-supervisor" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.base.name="${ISTIO_HUB}/proxyv2:${ISTIO_VERSION}"
 COPY --from=binary /out/proxy-supervisor /usr/local/bin/proxy-supervisor
 # No ENTRYPOINT or CMD here: the image keeps proxyv2's ENTRYPOINT,
 # pilot-agent. istio-init and istio-validation run this same image with

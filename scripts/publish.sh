@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# publish.sh: the release job's last step, after make release. Copies each
+# image index of dist/images.txt from the release's registry (dist/registry)
+# to REGISTRY (images/release.env) by digest, unchanged (skopeo copy --all
+# --preserve-digests), then signs each there (cosign sign --recursive) and
+# attests each platform's SBOMs from dist/sbom/, and verifies both.
+#
+# Signing is keyless (the job's OIDC identity, recorded in Rekor), as the
+# maintainers' release workflow runs it; PUBLISH_KEY=FILE signs with that
+# cosign key instead, and PUBLISH_REGISTRY=HOST/PATH publishes elsewhere (a
+# mirror of your own; PUBLISH_INSECURE=1 for plain HTTP). It refuses a
+# release built on stand-in bases, but with PUBLISH_STANDIN=1 (a test of
+# this script against a registry of your own). Needs Debian's skopeo and the network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. images/release.env
+fail() { printf 'publish: FAILED: %s\n' "$*" >&2; exit 1; }
+quiet() {
+  local what=$1
+  shift
+  "$@" > "$work/out" 2>&1 || fail "$what: $(tail -n 5 "$work/out")"
+}
+GO=${GO:-go}
+dist=$PWD/${DIST:-dist}
+work=$dist/.publish
+target=${PUBLISH_REGISTRY:-$REGISTRY}
+[ -s "$dist/images.txt" ] || fail "no $dist/images.txt: run make release first"
+[ -n "${PUBLISH_STANDIN:-}" ] || ! grep -q 'stand-in' "$dist/images.txt" || fail "this release was built on stand-in bases (RELEASE_BASES=standin): not for publishing"
+command -v skopeo >/dev/null || fail "needs skopeo (apt-get install skopeo)"
+version=$(sh scripts/version.sh version)
+commit=$(sh scripts/version.sh commit)
+
+rm -rf "$work"
+mkdir -p "$work"
+tools=$(bash scripts/tools.sh)
+"$GO" build -o "$work/releasecheck" ./scripts/releasecheck
+cosign() { "$tools/cosign" "$@"; }
+. scripts/registry.sh
+start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the release's registry did not start"
+
+sign=()
+verify=()
+if [ -n "${PUBLISH_KEY:-}" ]; then
+  sign=(--key "$PUBLISH_KEY" --use-signing-config=false --tlog-upload=false)
+  cosign public-key --key "$PUBLISH_KEY" > "$work/key.pub"
+  verify=(--key "$work/key.pub" --insecure-ignore-tlog=true)
+else
+  # Keyless: the identity is the workflow that runs on this repository.
+  verify=(--certificate-identity-regexp '^https://github.com/proxy-supervisor/proxy-supervisor/'
+    --certificate-oidc-issuer https://token.actions.githubusercontent.com)
+fi
+dst_tls=()
+if [ -n "${PUBLISH_INSECURE:-}" ]; then
+  dst_tls=(--dest-tls-verify=false)
+  sign+=(--allow-insecure-registry --allow-http-registry)
+  verify+=(--allow-insecure-registry --allow-http-registry)
+fi
+
+while read -r line _; do
+  ref=${line%@*} digest=${line#*@}
+  path=${ref#"$REGISTRY"/} name=${path%%:*}
+  src=$reg/${REGISTRY#*/}/$name@$digest
+  dst=$target/$path
+  skopeo copy -q --all --preserve-digests --src-tls-verify=false "${dst_tls[@]}" "docker://$src" "docker://$dst"
+  "$work/releasecheck" index "$reg" "${REGISTRY#*/}/$name" "$digest" "$version" "$commit" $PLATFORMS > "$work/platforms"
+  quiet "cosign sign ${dst%:*}@$digest" cosign sign -y --recursive "${sign[@]}" "${dst%:*}@$digest"
+  quiet "cosign verify ${dst%:*}@$digest" cosign verify "${verify[@]}" "${dst%:*}@$digest"
+  while read -r p pd; do
+    for t in "spdxjson spdx" "cyclonedx cdx"; do
+      read -r type ext <<<"$t"
+      sbom=$dist/sbom/$name-${p/\//-}.$ext.json
+      quiet "cosign attest --type $type ${dst%:*}@$pd" cosign attest -y "${sign[@]}" --type "$type" --predicate "$sbom" "${dst%:*}@$pd"
+      quiet "cosign verify-attestation --type $type ${dst%:*}@$pd" cosign verify-attestation "${verify[@]}" --type "$type" "${dst%:*}@$pd"
+    done
+  done < "$work/platforms"
+  echo "publish: $dst@$digest: copied, signed, SBOMs attested, verified"
+done < "$dist/images.txt"
+rm -rf "$work"

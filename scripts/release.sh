@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# release.sh: make release. Builds into dist/ everything a release
+# publishes, and verifies each piece, failing at the first check that fails:
+#
+#   dist/proxy-supervisor-linux-{amd64,arm64}   static binaries, and SHA256SUMS
+#   dist/sbom/*.spdx.json, *.cdx.json           an SPDX and a CycloneDX SBOM of
+#                                               each binary and each image's
+#                                               every platform (syft)
+#   dist/images.txt                             each image index, by digest
+#   dist/cosign.pub                             the key that signed them
+#   dist/registry/                              the registry that holds the
+#                                               images, their signatures and
+#                                               their SBOM attestations
+#
+# The images (images/client, envoy and proxy Dockerfiles) are multi-arch
+# image indexes built with Debian's buildah, without emulation: the
+# binaries are cross-compiled first and each platform's image takes its
+# own. They are pushed to a registry of the release's own (the CNCF
+# distribution registry, on loopback, in a PID namespace of its own, its
+# storage dist/registry), signed with cosign (with --recursive: the index
+# and each platform's image), and each platform's SBOMs attested to it; then
+# every signature and attestation is verified against dist/cosign.pub.
+# syft, cosign and the registry are built from tools/go.mod, pinned there,
+# once into the user's cache (scripts/tools.sh).
+#
+# The key: COSIGN_KEY (a cosign private key; COSIGN_PASSWORD its password),
+# else a key pair made for this run, whose private half goes with the run.
+# The maintainers' release job signs keyless instead (docs/release.md).
+#
+# The bases: images/release.env pins the Envoy and Istio images by digest,
+# and the release refuses a base without one. RELEASE_BASES=standin builds
+# on stand-ins instead, made here and pushed to the release's registry
+# first, pinned by the digests it gives them: a release that cannot reach
+# docker.io (this project's CI) still builds, pins, signs and verifies every
+# piece, but its envoy and proxyv2 images are not Envoy's or Istio's, and
+# images.txt says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. images/release.env
+
+GO=${GO:-go}
+dist=$root/${DIST:-dist}
+work=$dist/.work
+say() { printf 'release: %s\n' "$*"; }
+# quiet WHAT COMMAND...: runs COMMAND with its output kept, which a failure
+# prints the end of.
+quiet() {
+  local what=$1
+  shift
+  "$@" > "$work/out" 2>&1 || fail "$what: $(tail -n 5 "$work/out")"
+}
+fail() { printf 'release: FAILED: %s\n' "$*" >&2; exit 1; }
+
+version=$(sh scripts/version.sh version)
+commit=$(sh scripts/version.sh commit)
+date=$(sh scripts/version.sh date)
+tag=${version//+/_}
+[ -n "$commit" ] || fail "not a git work tree: a release is built from a commit"
+istio_version=$(sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
+envoy_image=$(sed -n 's/^ARG ENVOY_IMAGE=//p' images/envoy.Dockerfile)
+envoy_version=$(sed -n 's/^ARG ENVOY_VERSION=//p' images/envoy.Dockerfile)
+istio_hub=$(sed -n 's/^ARG ISTIO_HUB=//p' images/proxy.Dockerfile)
+bases=${RELEASE_BASES:-pinned}
+case $bases in
+pinned)
+  [ -n "$ENVOY_BASE_DIGEST" ] || fail "images/release.env pins no digest for $envoy_image:$envoy_version (make pin-bases)"
+  [ -n "$ISTIO_BASE_DIGEST" ] || fail "images/release.env pins no digest for $istio_hub/proxyv2:$istio_version (make pin-bases)"
+  ;;
+standin) ;;
+*) fail "RELEASE_BASES=$bases: want pinned or standin" ;;
+esac
+
+rm -rf "$dist"
+mkdir -p "$dist/sbom" "$work/tmp"
+say "$version ($commit), into $dist"
+
+# The tools, at tools/go.mod's versions, built once into the user's cache
+# (scripts/tools.sh).
+tools=$(bash scripts/tools.sh)
+"$GO" build -o "$work/releasecheck" ./scripts/releasecheck
+syft() { SYFT_CHECK_FOR_APP_UPDATE=false "$tools/syft" -q "$@"; }
+cosign() { "$tools/cosign" "$@"; }
+check() { "$work/releasecheck" "$@"; }
+
+# The binaries, and their SBOMs.
+ldflags="-s -w -E=proxy_supervisor_entry -X main.version=$version -X main.commit=$commit -X main.date=$date"
+for p in $PLATFORMS; do
+  os=${p%/*} arch=${p#*/} bin=$dist/proxy-supervisor-${p/\//-}
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch "$GO" build -trimpath -ldflags "$ldflags" -o "$bin" ./cmd/proxy-supervisor
+  info=$("$GO" version -m "$bin")
+  for want in "build	GOOS=$os" "build	GOARCH=$arch" "build	CGO_ENABLED=0"; do
+    grep -qF -- "$want" <<<"$info" || fail "$bin: its build information lacks '$want'"
+  done
+  grep -qaF -- "$version" "$bin" || fail "$bin: does not hold its version $version"
+  syft scan "file:$bin" -o "spdx-json=$dist/sbom/${bin##*/}.spdx.json" -o "cyclonedx-json=$dist/sbom/${bin##*/}.cdx.json"
+  check sbom "$bin" "$dist/sbom/${bin##*/}.spdx.json" "$dist/sbom/${bin##*/}.cdx.json"
+done
+host=$dist/proxy-supervisor-linux-$("$GO" env GOARCH)
+if [ -x "$host" ]; then
+  got=$("$host" version)
+  [[ $got == "proxy-supervisor $version (commit $commit, date $date, "* ]] || fail "$host version: $got"
+fi
+(cd "$dist" && sha256sum proxy-supervisor-linux-* > SHA256SUMS && sha256sum -c --quiet SHA256SUMS)
+say "binaries, SHA256SUMS and their SBOMs: checked"
+
+# The release's registry (scripts/registry.sh).
+. scripts/registry.sh
+start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the registry did not start"
+repo=${REGISTRY#*/}
+
+# buildah on a store of its own, in a mount namespace whose /var/lib and
+# /run are its own (buildah writes a blob cache and network configuration
+# there, whatever its store): nothing is left on the machine.
+bah() {
+  TMPDIR=$work/tmp unshare --mount --propagation private sh -c \
+    'mount -t tmpfs -o mode=0755 tmpfs /var/lib && mount -t tmpfs -o mode=0755 tmpfs /run && exec buildah "$@"' buildah \
+    --root "$work/buildah/storage" --runroot "$work/buildah/run" --storage-driver vfs "$@"
+}
+# push NAME REF: pushes the manifest list NAME, every platform, and prints
+# the index's digest.
+push() {
+  bah manifest push -q --all --format oci --tls-verify=false --digestfile "$work/digest" "$1" "docker://$2" >/dev/null
+  cat "$work/digest"
+}
+
+# one_file PLATFORM FILE DEST NAME: commits NAME, an image of PLATFORM that
+# holds FILE at DEST and nothing else.
+one_file() {
+  local c
+  c=$(bah from -q scratch)
+  bah copy -q "$c" "$2" "$3" >/dev/null
+  bah config --os "${1%/*}" --arch "${1#*/}" "$c"
+  bah commit -q "$c" "$4" >/dev/null
+  bah rm "$c" >/dev/null
+}
+
+# Each platform's binary as an image of that platform, which the
+# Dockerfiles take as BINARY (no build stage, no emulation).
+for p in $PLATFORMS; do
+  one_file "$p" "$dist/proxy-supervisor-${p/\//-}" /out/proxy-supervisor "localhost/release/binary:${p/\//-}"
+done
+
+if [ "$bases" = standin ]; then
+  # A stand-in for each base: an image of each platform that says what it
+  # stands for, pushed as one index; its digest pins it.
+  for b in "envoy $envoy_version" "proxyv2 $istio_version"; do
+    read -r base btag <<<"$b"
+    bah manifest create "localhost/standin/$base" >/dev/null
+    echo "a stand-in for the $base base, made by make release: not Envoy's or Istio's image" > "$work/STAND-IN"
+    for p in $PLATFORMS; do
+      one_file "$p" "$work/STAND-IN" /STAND-IN "localhost/standin/$base:${p/\//-}"
+      bah manifest add "localhost/standin/$base" "containers-storage:localhost/standin/$base:${p/\//-}" >/dev/null
+    done
+    d=$(push "localhost/standin/$base" "$reg/standin/$base:$btag")
+    case $base in
+    envoy) envoy_image=$reg/standin/envoy ENVOY_BASE_DIGEST=$d ;;
+    proxyv2) istio_hub=$reg/standin ISTIO_BASE_DIGEST=$d ;;
+    esac
+  done
+fi
+
+# The images, each an index of every platform, pushed, checked, signed,
+# and each platform's SBOMs attested.
+COSIGN_PASSWORD=${COSIGN_PASSWORD:-}
+export COSIGN_PASSWORD
+if [ -n "${COSIGN_KEY:-}" ]; then
+  key=$COSIGN_KEY
+  cosign public-key --key "$key" > "$dist/cosign.pub"
+else
+  (cd "$work" && quiet "cosign generate-key-pair" cosign generate-key-pair --output-key-prefix cosign)
+  key=$work/cosign.key
+  cp "$work/cosign.pub" "$dist/cosign.pub"
+fi
+insecure=(--allow-insecure-registry --allow-http-registry)
+: > "$dist/images.txt"
+for img in "client images/client.Dockerfile client:$tag" \
+  "envoy images/envoy.Dockerfile envoy:$tag" \
+  "proxyv2 images/proxy.Dockerfile proxyv2:$istio_version-$tag"; do
+  read -r name file path <<<"$img"
+  ref=$reg/$repo/$path
+  args=(--build-arg "VERSION=$version" --build-arg "COMMIT=$commit" --build-arg "BUILD_DATE=$date")
+  case $name in
+  envoy) args+=(--build-arg "ENVOY_IMAGE=$envoy_image" --build-arg "ENVOY_VERSION=$envoy_version@$ENVOY_BASE_DIGEST") ;;
+  proxyv2) args+=(--build-arg "ISTIO_HUB=$istio_hub" --build-arg "ISTIO_VERSION=$istio_version@$ISTIO_BASE_DIGEST") ;;
+  esac
+  bah manifest create "localhost/release/$name" >/dev/null
+  for p in $PLATFORMS; do
+    bah bud -q --pull=false --tls-verify=false --platform "$p" --timestamp "$(date -d "$date" +%s)" \
+      --build-arg "BINARY=localhost/release/binary:${p/\//-}" "${args[@]}" \
+      --manifest "localhost/release/$name" -f "$file" . >/dev/null
+  done
+  d=$(push "localhost/release/$name" "$ref")
+  check index "$reg" "$repo/${path%%:*}" "$d" "$version" "$commit" $PLATFORMS > "$work/platforms"
+  quiet "cosign sign $ref@$d" cosign sign -y --recursive --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" "$ref@$d"
+  while read -r p pd; do
+    sbom=$dist/sbom/$name-${p/\//-}
+    SYFT_REGISTRY_INSECURE_USE_HTTP=true syft scan --platform "$p" "registry:$ref@$pd" \
+      -o "spdx-json=$sbom.spdx.json" -o "cyclonedx-json=$sbom.cdx.json"
+    check sbom "$dist/proxy-supervisor-${p/\//-}" "$sbom.spdx.json" "$sbom.cdx.json"
+    for t in "spdxjson $sbom.spdx.json" "cyclonedx $sbom.cdx.json"; do
+      read -r type predicate <<<"$t"
+      quiet "cosign attest --type $type $ref@$pd" cosign attest -y --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" --type "$type" --predicate "$predicate" "$ref@$pd"
+    done
+  done < "$work/platforms"
+  # Verified as a user's admission check would: the signature of the index
+  # and of each platform's image, and each SBOM attestation.
+  quiet "cosign verify $ref@$d" cosign verify --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" "$ref@$d"
+  while read -r p pd; do
+    quiet "cosign verify $ref@$pd ($p)" cosign verify --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" "$ref@$pd"
+    for t in spdxjson cyclonedx; do
+      quiet "cosign verify-attestation --type $t $ref@$pd ($p)" cosign verify-attestation --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" --type "$t" "$ref@$pd"
+    done
+  done < "$work/platforms"
+  line="$REGISTRY/$path@$d"
+  [ "$bases" = standin ] && [ "$name" != client ] && line="$line (built on a stand-in base)"
+  echo "$line" >> "$dist/images.txt"
+  say "$REGISTRY/$path@$d: $(wc -l < "$work/platforms") platforms, signed, SBOMs attested, verified"
+done
+
+rm -rf "$work"
+say "done: $dist"
