@@ -173,13 +173,15 @@ docs:
 
 # The proxy image (Istio's proxyv2 plus the binary), the client image (the
 # binary alone) and the Envoy image (Envoy plus the binary, the admission
-# policy's sidecar), for a machine with Docker; docs/images.md. test-kubelet
+# policy's sidecar), for a machine with Docker and BuildKit (the build stage
+# is FROM --platform=$BUILDPLATFORM); docs/images.md. test-kubelet
 # builds the same Dockerfiles with buildah (the binary and the Istio image
 # its own) and runs its pods on them.
 # ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
 REGISTRY      ?= proxy-supervisor
 ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
 BUILD_ARGS     = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE)
+image: export DOCKER_BUILDKIT = 1
 image:
 	docker build -f images/proxy.Dockerfile --build-arg ISTIO_VERSION=$(ISTIO_VERSION) \
 		$(BUILD_ARGS) -t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(TAG) .

@@ -9,9 +9,9 @@
 # (and no client image) is needed. Build it from the repository root:
 #
 #   make image                                  # every image
-#   docker build -f images/envoy.Dockerfile --build-arg ENVOY_VERSION=v1.38.2 .
+#   docker build -f images/envoy.Dockerfile --build-arg ENVOY_VERSION=v1.38.3 .
 ARG ENVOY_IMAGE=envoyproxy/envoy
-ARG ENVOY_VERSION=v1.38.2
+ARG ENVOY_VERSION=v1.38.3
 ARG GO_VERSION=1.26
 # BINARY is where the binary comes from: the build stage below by default,
 # or an image holding it at /out/proxy-supervisor.

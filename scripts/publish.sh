@@ -10,7 +10,8 @@
 # cosign key instead, and PUBLISH_REGISTRY=HOST/PATH publishes elsewhere (a
 # mirror of your own; PUBLISH_INSECURE=1 for plain HTTP). It refuses a
 # release built on stand-in bases, but with PUBLISH_STANDIN=1 (a test of
-# this script against a registry of your own). Needs Debian's skopeo and the network.
+# this script against a registry of your own). Needs root (the release's
+# registry runs in a PID namespace), Debian's skopeo and the network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . images/release.env
@@ -36,6 +37,7 @@ tools=$(bash scripts/tools.sh)
 "$GO" build -o "$work/releasecheck" ./scripts/releasecheck
 cosign() { "$tools/cosign" "$@"; }
 . scripts/registry.sh
+trap stop_registry EXIT
 start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the release's registry did not start"
 
 sign=()
@@ -46,7 +48,7 @@ if [ -n "${PUBLISH_KEY:-}" ]; then
   verify=(--key "$work/key.pub" --insecure-ignore-tlog=true)
 else
   # Keyless: the identity is the workflow that runs on this repository.
-  verify=(--certificate-identity-regexp '^https://github.com/proxy-supervisor/proxy-supervisor/'
+  verify=(--certificate-identity-regexp '^https://github\.com/proxy-supervisor/proxy-supervisor/\.github/workflows/release\.yml@refs/tags/v'
     --certificate-oidc-issuer https://token.actions.githubusercontent.com)
 fi
 dst_tls=()
@@ -62,15 +64,17 @@ while read -r line _; do
   src=$reg/${REGISTRY#*/}/$name@$digest
   dst=$target/$path
   skopeo copy -q --all --preserve-digests --src-tls-verify=false "${dst_tls[@]}" "docker://$src" "docker://$dst"
-  "$work/releasecheck" index "$reg" "${REGISTRY#*/}/$name" "$digest" "$version" "$commit" $PLATFORMS > "$work/platforms"
+  "$work/releasecheck" index "$reg" "${REGISTRY#*/}/$name" "$digest" "$version" "$commit" - $PLATFORMS > "$work/platforms"
   quiet "cosign sign ${dst%:*}@$digest" cosign sign -y --recursive "${sign[@]}" "${dst%:*}@$digest"
   quiet "cosign verify ${dst%:*}@$digest" cosign verify "${verify[@]}" "${dst%:*}@$digest"
   while read -r p pd; do
     for t in "spdxjson spdx" "cyclonedx cdx"; do
       read -r type ext <<<"$t"
       sbom=$dist/sbom/$name-${p/\//-}.$ext.json
-      quiet "cosign attest --type $type ${dst%:*}@$pd" cosign attest -y "${sign[@]}" --type "$type" --predicate "$sbom" "${dst%:*}@$pd"
-      quiet "cosign verify-attestation --type $type ${dst%:*}@$pd" cosign verify-attestation "${verify[@]}" --type "$type" "${dst%:*}@$pd"
+      for at in "$pd" "$digest"; do # the platform's image, and the index
+        quiet "cosign attest --type $type ${dst%:*}@$at" cosign attest -y "${sign[@]}" --type "$type" --predicate "$sbom" "${dst%:*}@$at"
+        quiet "cosign verify-attestation --type $type ${dst%:*}@$at" cosign verify-attestation "${verify[@]}" --type "$type" "${dst%:*}@$at"
+      done
     done
   done < "$work/platforms"
   echo "publish: $dst@$digest: copied, signed, SBOMs attested, verified"

@@ -31,7 +31,7 @@
 # and the release refuses a base without one. RELEASE_BASES=standin builds
 # on stand-ins instead, made here and pushed to the release's registry
 # first, pinned by the digests it gives them: a release that cannot reach
-# docker.io (this project's CI) still builds, pins, signs and verifies every
+# docker.io (as this machine) still builds, pins, signs and verifies every
 # piece, but its envoy and proxyv2 images are not Envoy's or Istio's, and
 # images.txt says so.
 set -euo pipefail
@@ -71,15 +71,21 @@ standin) ;;
 *) fail "RELEASE_BASES=$bases: want pinned or standin" ;;
 esac
 
+case $work/ in
+/var/lib/* | /run/*) fail "$work is under /var/lib or /run, which buildah's mount namespace replaces: build elsewhere (DIST=...)" ;;
+esac
 rm -rf "$dist"
 mkdir -p "$dist/sbom" "$work/tmp"
+. scripts/registry.sh
+# A failed run keeps $work to look at, but never the run's private key.
+trap 'stop_registry; rm -f "$work/cosign.key"' EXIT
 say "$version ($commit), into $dist"
 
 # The tools, at tools/go.mod's versions, built once into the user's cache
 # (scripts/tools.sh).
 tools=$(bash scripts/tools.sh)
 "$GO" build -o "$work/releasecheck" ./scripts/releasecheck
-syft() { SYFT_CHECK_FOR_APP_UPDATE=false "$tools/syft" -q "$@"; }
+syft() { SYFT_CHECK_FOR_APP_UPDATE=false SYFT_CACHE_DIR=$work/syft "$tools/syft" -q "$@"; }
 cosign() { "$tools/cosign" "$@"; }
 check() { "$work/releasecheck" "$@"; }
 
@@ -92,7 +98,8 @@ for p in $PLATFORMS; do
   for want in "build	GOOS=$os" "build	GOARCH=$arch" "build	CGO_ENABLED=0"; do
     grep -qF -- "$want" <<<"$info" || fail "$bin: its build information lacks '$want'"
   done
-  grep -qaF -- "$version" "$bin" || fail "$bin: does not hold its version $version"
+  # The version -X set, not the v-prefixed module version Go stamps at a tag.
+  grep -qaP -- "(?<!v)\Q$version\E" "$bin" || fail "$bin: does not hold its version $version"
   syft scan "file:$bin" -o "spdx-json=$dist/sbom/${bin##*/}.spdx.json" -o "cyclonedx-json=$dist/sbom/${bin##*/}.cdx.json"
   check sbom "$bin" "$dist/sbom/${bin##*/}.spdx.json" "$dist/sbom/${bin##*/}.cdx.json"
 done
@@ -101,27 +108,35 @@ if [ -x "$host" ]; then
   got=$("$host" version)
   [[ $got == "proxy-supervisor $version (commit $commit, date $date, "* ]] || fail "$host version: $got"
 fi
-(cd "$dist" && sha256sum proxy-supervisor-linux-* > SHA256SUMS && sha256sum -c --quiet SHA256SUMS)
+(cd "$dist" && sha256sum proxy-supervisor-linux-* > SHA256SUMS)
 say "binaries, SHA256SUMS and their SBOMs: checked"
 
 # The release's registry (scripts/registry.sh).
-. scripts/registry.sh
 start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the registry did not start"
 repo=${REGISTRY#*/}
 
 # buildah on a store of its own, in a mount namespace whose /var/lib and
 # /run are its own (buildah writes a blob cache and network configuration
 # there, whatever its store): nothing is left on the machine.
+# /etc/resolv.conf is often a link into /run (systemd-resolved): a copy is
+# bound at the file it names, inside the new /run, so that a pinned base's
+# pull still resolves docker.io.
+cp -L /etc/resolv.conf "$work/resolv.conf"
+resolv=$(readlink -f /etc/resolv.conf)
 bah() {
-  TMPDIR=$work/tmp unshare --mount --propagation private sh -c \
-    'mount -t tmpfs -o mode=0755 tmpfs /var/lib && mount -t tmpfs -o mode=0755 tmpfs /run && exec buildah "$@"' buildah \
+  TMPDIR=$work/tmp unshare --mount --propagation private sh -c '
+    mount -t tmpfs -o mode=0755 tmpfs /var/lib && mount -t tmpfs -o mode=0755 tmpfs /run || exit
+    case $1 in /run/* | /var/lib/*) mkdir -p "${1%/*}" && : > "$1" && mount --bind "$0" "$1" || exit ;; esac
+    shift
+    exec buildah "$@"' "$work/resolv.conf" "$resolv" \
     --root "$work/buildah/storage" --runroot "$work/buildah/run" --storage-driver vfs "$@"
 }
 # push NAME REF: pushes the manifest list NAME, every platform, and prints
 # the index's digest.
 push() {
-  bah manifest push -q --all --format oci --tls-verify=false --digestfile "$work/digest" "$1" "docker://$2" >/dev/null
-  cat "$work/digest"
+  rm -f "$work/digest"
+  bah manifest push -q --all --format oci --tls-verify=false --digestfile "$work/digest" "$1" "docker://$2" >/dev/null &&
+    cat "$work/digest"
 }
 
 # one_file PLATFORM FILE DEST NAME: commits NAME, an image of PLATFORM that
@@ -191,21 +206,33 @@ for img in "client images/client.Dockerfile client:$tag" \
       --manifest "localhost/release/$name" -f "$file" . >/dev/null
   done
   d=$(push "localhost/release/$name" "$ref")
-  check index "$reg" "$repo/${path%%:*}" "$d" "$version" "$commit" $PLATFORMS > "$work/platforms"
+  case $name in
+  envoy) base=$ENVOY_BASE_DIGEST ;;
+  proxyv2) base=$ISTIO_BASE_DIGEST ;;
+  *) base=- ;;
+  esac
+  check index "$reg" "$repo/${path%%:*}" "$d" "$version" "$commit" "$base" $PLATFORMS > "$work/platforms"
   quiet "cosign sign $ref@$d" cosign sign -y --recursive --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" "$ref@$d"
   while read -r p pd; do
     sbom=$dist/sbom/$name-${p/\//-}
     SYFT_REGISTRY_INSECURE_USE_HTTP=true syft scan --platform "$p" "registry:$ref@$pd" \
       -o "spdx-json=$sbom.spdx.json" -o "cyclonedx-json=$sbom.cdx.json"
     check sbom "$dist/proxy-supervisor-${p/\//-}" "$sbom.spdx.json" "$sbom.cdx.json"
+    # On the platform's image, and on the index, which a pod's image
+    # reference resolves to: an admission check finds them on either.
     for t in "spdxjson $sbom.spdx.json" "cyclonedx $sbom.cdx.json"; do
       read -r type predicate <<<"$t"
-      quiet "cosign attest --type $type $ref@$pd" cosign attest -y --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" --type "$type" --predicate "$predicate" "$ref@$pd"
+      for at in "$pd" "$d"; do
+        quiet "cosign attest --type $type $ref@$at" cosign attest -y --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" --type "$type" --predicate "$predicate" "$ref@$at"
+      done
     done
   done < "$work/platforms"
   # Verified as a user's admission check would: the signature of the index
   # and of each platform's image, and each SBOM attestation.
   quiet "cosign verify $ref@$d" cosign verify --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" "$ref@$d"
+  for t in spdxjson cyclonedx; do
+    quiet "cosign verify-attestation --type $t $ref@$d" cosign verify-attestation --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" --type "$t" "$ref@$d"
+  done
   while read -r p pd; do
     quiet "cosign verify $ref@$pd ($p)" cosign verify --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" "$ref@$pd"
     for t in spdxjson cyclonedx; do
@@ -218,5 +245,6 @@ for img in "client images/client.Dockerfile client:$tag" \
   say "$REGISTRY/$path@$d: $(wc -l < "$work/platforms") platforms, signed, SBOMs attested, verified"
 done
 
+stop_registry
 rm -rf "$work"
 say "done: $dist"

@@ -3,7 +3,7 @@
 // says the wrong version fails before anything is published:
 //
 //	releasecheck sbom BINARY SPDX CYCLONEDX
-//	releasecheck index REGISTRY REPO DIGEST VERSION COMMIT PLATFORM...
+//	releasecheck index REGISTRY REPO DIGEST VERSION COMMIT BASE PLATFORM...
 //
 // sbom reads the Go build information in BINARY and fails unless both
 // SBOMs (syft's SPDX 2.3 JSON and CycloneDX JSON) name the main module and
@@ -13,7 +13,8 @@
 // (host:port, plain HTTP: the release's own, on loopback) and fails unless
 // it holds exactly one image for each PLATFORM (os/arch), each with the
 // OCI labels of this build (version, revision, licence, source, creation
-// time) and, where it names a base, a base pinned by digest. It prints
+// time) and, unless BASE is -, the base's name pinned at the digest BASE
+// (org.opencontainers.image.base.name ending in @BASE). It prints
 // each platform's manifest digest, one "PLATFORM DIGEST" line each, for
 // the SBOMs and attestations that follow.
 package main
@@ -46,13 +47,13 @@ func run(args []string, out io.Writer) error {
 	switch {
 	case len(args) == 4 && args[0] == "sbom":
 		return checkSBOMs(args[1], args[2], args[3])
-	case len(args) >= 7 && args[0] == "index":
-		return checkIndex(out, args[1], args[2], args[3], args[4], args[5], args[6:])
+	case len(args) >= 8 && args[0] == "index":
+		return checkIndex(out, args[1], args[2], args[3], args[4], args[5], args[6], args[7:])
 	}
 	return errUsage
 }
 
-var errUsage = errors.New("usage: releasecheck sbom BINARY SPDX CYCLONEDX | index REGISTRY REPO DIGEST VERSION COMMIT PLATFORM...")
+var errUsage = errors.New("usage: releasecheck sbom BINARY SPDX CYCLONEDX | index REGISTRY REPO DIGEST VERSION COMMIT BASE PLATFORM...")
 
 // module is a Go module as an SBOM names it.
 type module struct{ path, version string }
@@ -186,7 +187,7 @@ func fetch(registry, repo, kind, ref string, v any) error {
 	return json.Unmarshal(body, v)
 }
 
-func checkIndex(out io.Writer, registry, repo, digest, version, commit string, platforms []string) error {
+func checkIndex(out io.Writer, registry, repo, digest, version, commit, base string, platforms []string) error {
 	var index struct {
 		MediaType string `json:"mediaType"`
 		Manifests []struct {
@@ -210,7 +211,7 @@ func checkIndex(out io.Writer, registry, repo, digest, version, commit string, p
 			return fmt.Errorf("%s@%s: two images for %s", repo, digest, p)
 		}
 		seen[p] = m.Digest
-		if err := checkImage(registry, repo, m.Digest, p, version, commit); err != nil {
+		if err := checkImage(registry, repo, m.Digest, p, version, commit, base); err != nil {
 			return err
 		}
 	}
@@ -227,7 +228,7 @@ func checkIndex(out io.Writer, registry, repo, digest, version, commit string, p
 	return nil
 }
 
-func checkImage(registry, repo, digest, platform, version, commit string) error {
+func checkImage(registry, repo, digest, platform, version, commit, base string) error {
 	var manifest struct {
 		Config struct {
 			Digest string `json:"digest"`
@@ -265,8 +266,11 @@ func checkImage(registry, repo, digest, platform, version, commit string) error 
 	if _, err := time.Parse(time.RFC3339, l["org.opencontainers.image.created"]); err != nil {
 		return fmt.Errorf("%s: label org.opencontainers.image.created: %v", where, err)
 	}
-	if base, ok := l["org.opencontainers.image.base.name"]; ok && !strings.Contains(base, "@sha256:") {
-		return fmt.Errorf("%s: its base %s is not pinned by digest", where, base)
+	if base == "-" {
+		return nil
+	}
+	if name := l["org.opencontainers.image.base.name"]; !strings.HasSuffix(name, "@"+base) {
+		return fmt.Errorf("%s: its base %q is not pinned at %s", where, name, base)
 	}
 	return nil
 }
