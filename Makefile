@@ -25,7 +25,7 @@ LDFLAGS = -s -w $(ENTRY) -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X 
 # An image tag cannot hold a +: the build metadata's + becomes _ there.
 TAG     = $(subst +,_,$(VERSION))
 
-.PHONY: build demo test tools lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs release pin-bases
+.PHONY: build demo test tools manifests lint test-race test-static test-deploy test-kubelet kubelet-builds fuzz bench clean image docs release pin-bases
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/proxy-supervisor ./cmd/proxy-supervisor
@@ -125,8 +125,19 @@ test-static: tools
 # own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
 # (deploytest/) so that istio.io/istio and k8s.io/api never reach the
 # binary's. A cold build of it takes minutes; later runs use the build cache.
+# The chart's checks run helm and kustomize, deploytest's go.mod tools, and
+# deploytest/kubeapi against each Kubernetes release's API types: built here
+# first, outside the tests' memory budget (the helm link alone would
+# overrun it), into the build cache the tests then find them in.
 test-deploy: tools
+	cd deploytest && $(GO) tool -n helm >/dev/null && $(GO) tool -n kustomize >/dev/null
+	cd deploytest/kubeapi && $(GO) vet . && for m in go.1.*.mod go.mod; do $(GO) build -modfile=$$m -o /dev/null . || exit; done
 	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m $(call budget,BUDGET_DEPLOY) ./...
+
+# Renders charts/proxy-supervisor with its defaults into
+# deploy/admission-policy/ (scripts/manifests.sh), which test-deploy checks.
+manifests:
+	bash scripts/manifests.sh
 
 # The kubelet and the control plane alone, into the user's cache
 # (kubelettest/cmd/kubelet-builds, which compiles none of the suite's client

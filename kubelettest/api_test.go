@@ -62,11 +62,11 @@ func jobCondition(job *batchv1.Job, typ batchv1.JobConditionType) *batchv1.JobCo
 
 // waitJob waits up to timeout for the Job to be Complete or Failed, asserts
 // which, and returns it with the time its final condition was first seen.
-func (c *cluster) waitJob(t *testing.T, name string, timeout time.Duration, want batchv1.JobConditionType) (*batchv1.Job, time.Time) {
+func (c *cluster) waitJob(t *testing.T, ns, name string, timeout time.Duration, want batchv1.JobConditionType) (*batchv1.Job, time.Time) {
 	t.Helper()
 	var job *batchv1.Job
 	err := proctest.Poll(timeout, func() (err error) {
-		job, err = c.client.BatchV1().Jobs("default").Get(context.Background(), name, metav1.GetOptions{})
+		job, err = c.client.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -87,9 +87,9 @@ func (c *cluster) waitJob(t *testing.T, name string, timeout time.Duration, want
 }
 
 // jobPods are the Job's pods, oldest first.
-func (c *cluster) jobPods(t *testing.T, name string) []corev1.Pod {
+func (c *cluster) jobPods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
-	list, err := c.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+	list, err := c.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func (c *cluster) describeJob(job *batchv1.Job) string {
 	for _, cond := range job.Status.Conditions {
 		fmt.Fprintf(&b, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 	}
-	list, err := c.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
+	list, err := c.client.CoreV1().Pods(job.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
 	if err == nil {
 		for i := range list.Items {
 			fmt.Fprintf(&b, "pod %s: %s", list.Items[i].Name, describe(&list.Items[i]))

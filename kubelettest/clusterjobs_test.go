@@ -102,8 +102,8 @@ func TestClusterJobs(t *testing.T) {
 				alone(job)
 			}
 			c.createJob(t, job)
-			job, seen := c.waitJob(t, tc.name, clusterJobTimeout, tc.want)
-			pods := c.jobPods(t, tc.name)
+			job, seen := c.waitJob(t, "default", tc.name, clusterJobTimeout, tc.want)
+			pods := c.jobPods(t, "default", tc.name)
 			if len(pods) != len(tc.pods) {
 				t.Fatalf("%d pods, want %d:\n%s", len(pods), len(tc.pods), c.describeJob(job))
 			}
@@ -175,7 +175,7 @@ func TestClusterJobDeleted(t *testing.T) {
 			c.createJob(t, jobFrom(t, tc.manifest, tc.name, "/podapp", "sleep", "1h"))
 			var pod *corev1.Pod
 			if err := proctest.Poll(jobTimeout, func() error {
-				pods := c.jobPods(t, tc.name)
+				pods := c.jobPods(t, "default", tc.name)
 				if len(pods) == 1 {
 					if s := status(&pods[0], "job"); s != nil && s.State.Running != nil {
 						pod = &pods[0]
@@ -404,7 +404,7 @@ func (c *cluster) cronJob(t *testing.T, name, manifest string, exits map[string]
 		}
 	}
 	kept := last[0]
-	pods := c.jobPods(t, kept.Name)
+	pods := c.jobPods(t, "default", kept.Name)
 	if len(pods) != 1 {
 		t.Fatalf("the kept run %s has %d pods, want 1", kept.Name, len(pods))
 	}

@@ -14,6 +14,7 @@
 package builds
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +32,21 @@ const KubeletVersion = "v1.37.2"
 
 // ldflags leave out the symbol table and DWARF, which nothing here reads:
 // generating DWARF is much of a Kubernetes binary's link, four times over.
-var ldflags = []string{"-ldflags", "-s -w"}
+// They stamp the version as Kubernetes' own build does (hack/lib/version.sh):
+// unstamped, the API server says v0.0.0-master at /version, and a client
+// that checks it, such as helm against a chart's kubeVersion, refuses it.
+var ldflags = []string{"-ldflags", "-s -w " + stamp(KubeletVersion)}
+
+// stamp is the -X flags that give component-base and client-go the version.
+func stamp(v string) string {
+	major, minor, _ := strings.Cut(strings.TrimPrefix(v, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	var b strings.Builder
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		fmt.Fprintf(&b, " -X %s.gitVersion=%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean", pkg, v, pkg, major, pkg, minor, pkg)
+	}
+	return strings.TrimSpace(b.String())
+}
 
 // dir is where the builds are cached.
 func dir() (string, error) {
@@ -39,7 +54,9 @@ func dir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(cache, "proxy-supervisor-kubelet", KubeletVersion+"-"+runtime.Version()), nil
+	// The flags are in the name: binaries linked with others are not these.
+	flags := sha256.Sum256([]byte(strings.Join(ldflags, " ")))
+	return filepath.Join(cache, "proxy-supervisor-kubelet", fmt.Sprintf("%s-%s-%x", KubeletVersion, runtime.Version(), flags[:4])), nil
 }
 
 // Missing lists what the suite needs and the machine lacks: where it is

@@ -1,0 +1,199 @@
+package kubelettest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
+)
+
+// The chart's release in the cluster: its name, the namespace it injects in
+// (the chart's namespaceSelector; deploy/'s policies are kept out of it)
+// and that holds helm's record of it.
+const (
+	helmRelease   = "ps-helm"
+	helmNamespace = "ps-helm"
+)
+
+// helm runs the helm command line, deploytest's go.mod tool (built there
+// under make test, so found in the build cache), in the node's network
+// namespace, where the API server listens, against the suite's kubeconfig.
+func (c *cluster) helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command("go", "-C", "../deploytest", "tool", "-n", "helm").Output()
+	if err != nil {
+		t.Fatalf("go tool -n helm (deploytest/go.mod): %v", err)
+	}
+	home := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := append([]string{"/usr/bin/env", "HELM_CACHE_HOME=" + home + "/cache", "HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data",
+		strings.TrimSpace(string(out)), "--kubeconfig", c.kubeconfig}, args...)
+	cmd := theNode.nsenter(ctx, argv...)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
+}
+
+// The chart installs through the real API server (helm install), its
+// values decide what a labelled Job's pod gets (the image, from the chart
+// and not the pod's annotation, and the namespaces), the Job is injected
+// and completes, and helm uninstall leaves no policy, binding or release
+// record behind, after which a pod is no longer injected.
+func TestClusterHelm(t *testing.T) {
+	t.Parallel()
+	c := needCluster(t)
+	theReport.of(t)
+	ctx := context.Background()
+	if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: helmNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.client.CoreV1().Namespaces().Delete(ctx, helmNamespace, metav1.DeleteOptions{}) }) //nolint:errcheck
+	var cm corev1.ConfigMap
+	readDeploy(t, "envoy-sidecar/envoy-config.yaml", &cm)
+	cm.Namespace = helmNamespace
+	if _, err := c.client.CoreV1().ConfigMaps(helmNamespace).Create(ctx, &cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// helm checks the chart's kubeVersion against the API server's own
+	// (builds stamps it, as Kubernetes' release build does).
+	if v, err := c.client.Discovery().ServerVersion(); err != nil || v.GitVersion != builds.KubeletVersion {
+		t.Fatalf("the API server's version %+v (%v), want %s", v, err, builds.KubeletVersion)
+	}
+	chart, err := filepath.Abs("../charts/proxy-supervisor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The suite's Envoy image, as a registry/repository:tag the chart
+	// composes.
+	registry, tag, _ := strings.Cut(envoyImage, ":")
+	registry, repository := filepath.Dir(registry), filepath.Base(registry)
+	if out, err := c.helm(t, "install", helmRelease, chart, "--namespace", helmNamespace,
+		"--set", "image.registry="+registry+",image.repository="+repository+",image.tag="+tag,
+		"--set", `namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=`+helmNamespace); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	installed := true
+	t.Cleanup(func() {
+		if installed {
+			c.helm(t, "uninstall", helmRelease, "--namespace", helmNamespace) //nolint:errcheck
+		}
+	})
+	theReport.phase(t, "helm install")
+	// The API server loads policies in the background: in effect once a
+	// dry run of a pod that asks is injected with the chart's image.
+	probe := askingPod("helm-probe")
+	probe.Namespace = helmNamespace
+	delete(probe.Annotations, annProxyImage)
+	if err := proctest.Poll(time.Minute, func() error {
+		p, err := c.dryRun(ctx, probe)
+		if err != nil {
+			return err
+		}
+		if !injected(p) {
+			return fmt.Errorf("a pod in %s that asks is not injected yet", helmNamespace)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	var job batchv1.Job
+	readDeploy(t, policyDir+"/job.yaml", &job)
+	job.Name, job.Namespace = "helm-job", helmNamespace
+	job.Spec.BackoffLimit = ref[int32](0)
+	askInjection(&job.Spec.Template.ObjectMeta)
+	delete(job.Spec.Template.Annotations, annProxyImage) // the chart's image.*
+	app := &job.Spec.Template.Spec.Containers[0]
+	app.Image, app.ImagePullPolicy, app.Command = appImage, corev1.PullNever, []string{"/podapp", "get", hello}
+	c.createJob(t, &job)
+	done, _ := c.waitJob(t, helmNamespace, job.Name, clusterJobTimeout, batchv1.JobComplete)
+	pods := c.jobPods(t, helmNamespace, job.Name)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods, want 1:\n%s", len(pods), c.describeJob(done))
+	}
+	p := &pods[0]
+	wantInjected(t, p)
+	if i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == sidecarName }); i < 0 || p.Spec.InitContainers[i].Image != envoyImage {
+		t.Errorf("the sidecar's image is not the chart's %s: %+v", envoyImage, p.Spec.InitContainers)
+	}
+	wantExits(t, p, map[string]exited{sidecarName: {0, 0}, "job": {0, 0}})
+	c.wantNoFailedHook(t, p.Name)
+
+	if out, err := c.helm(t, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "60s"); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	installed = false
+	theReport.phase(t, "helm uninstall")
+	left := c.helmLeft(ctx)
+	if len(left) > 0 {
+		t.Errorf("helm uninstall left %q", left)
+	}
+	// Unloaded in the background too: a pod that asks is created as it
+	// was written.
+	if err := proctest.Poll(time.Minute, func() error {
+		p, err := c.dryRun(ctx, probe)
+		if err != nil {
+			return err
+		}
+		if injected(p) {
+			return fmt.Errorf("a pod in %s is still injected after helm uninstall", helmNamespace)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	note(t, "helm install, a Job injected with the chart's image completes, helm uninstall leaves nothing")
+}
+
+// helmLeft names what of the release is still stored: its policies and
+// bindings (named after it) and helm's release records (Secrets labelled
+// owner=helm).
+func (c *cluster) helmLeft(ctx context.Context) []string {
+	var left []string
+	a := c.client.AdmissionregistrationV1()
+	for _, name := range []string{helmRelease + "-inject", helmRelease + "-peer-restart"} {
+		for kind, get := range map[string]func() error{
+			"MutatingAdmissionPolicy " + name: func() error {
+				_, err := a.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			"MutatingAdmissionPolicyBinding " + name: func() error {
+				_, err := a.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			"ValidatingAdmissionPolicy " + name: func() error {
+				_, err := a.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			"ValidatingAdmissionPolicyBinding " + name: func() error {
+				_, err := a.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+		} {
+			if err := get(); !apierrors.IsNotFound(err) {
+				left = append(left, fmt.Sprintf("%s (%v)", kind, err))
+			}
+		}
+	}
+	secrets, err := c.client.CoreV1().Secrets(helmNamespace).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + helmRelease})
+	switch {
+	case err != nil:
+		left = append(left, "helm's records: "+err.Error())
+	case len(secrets.Items) > 0:
+		left = append(left, fmt.Sprintf("%d helm release Secrets", len(secrets.Items)))
+	}
+	slices.Sort(left)
+	return left
+}
