@@ -189,7 +189,8 @@ docs:
 # builds the same Dockerfiles with buildah (the binary and the Istio image
 # its own) and runs its pods on them.
 # ISTIO_VERSION defaults to the ARG in images/proxy.Dockerfile.
-REGISTRY      ?= proxy-supervisor
+# REGISTRY is images/release.env's, the one place that names it.
+REGISTRY      ?= $(shell sed -n 's/^REGISTRY=//p' images/release.env)
 ISTIO_VERSION ?= $(shell sed -n 's/^ARG ISTIO_VERSION=//p' images/proxy.Dockerfile)
 BUILD_ARGS     = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE)
 image: export DOCKER_BUILDKIT = 1

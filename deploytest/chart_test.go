@@ -242,17 +242,13 @@ func TestChartNamesTheRelease(t *testing.T) {
 	if v := strings.TrimSpace(string(version)); chart.Version != v || chart.AppVersion != v {
 		t.Errorf("Chart.yaml's version %q and appVersion %q, want VERSION's %q", chart.Version, chart.AppVersion, v)
 	}
-	env, err := os.ReadFile(releaseEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^REGISTRY=(\S+)$`).FindSubmatch(env)
+	r := theRelease(t)
 	var values struct {
 		Image struct{ Registry string }
 	}
 	decodeFileLoose(t, chartDir+"/values.yaml", &values)
-	if m == nil || values.Image.Registry != string(m[1]) {
-		t.Errorf("values.yaml's image.registry %q, want %s's REGISTRY %q", values.Image.Registry, releaseEnv, m)
+	if values.Image.Registry != r.registry {
+		t.Errorf("values.yaml's image.registry %q, want %s's REGISTRY %q", values.Image.Registry, releaseEnv, r.registry)
 	}
 }
 

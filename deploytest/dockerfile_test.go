@@ -137,8 +137,9 @@ func TestProxyDockerfile(t *testing.T) {
 	if !regexp.MustCompile(`^1\.\d+\.\d+$`).MatchString(version) {
 		t.Errorf("ARG ISTIO_VERSION=%q, want a release such as 1.31.0", version)
 	}
-	// The template's default proxy image is the one make image VERSION=dev
-	// tags at the injecting istiod's own Istio version.
+	// The template's default proxy image is the release's, as make image
+	// tags it, at the injecting istiod's own Istio version.
+	r := theRelease(t)
 	values, err := os.ReadFile(istioValues)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestProxyDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(values), `printf "proxy-supervisor/proxyv2:%s-dev" (toString .Values.global.tag)`) ||
+	if !strings.Contains(string(values), `printf "`+r.registry+`/proxyv2:%s-`+r.version+`" (toString .Values.global.tag)`) ||
 		!strings.Contains(string(makefile), "-t $(REGISTRY)/proxyv2:$(ISTIO_VERSION)-$(TAG) ") {
 		t.Errorf("%s's default proxy image is not make image's proxyv2:<Istio's version>-<version>", istioValues)
 	}

@@ -151,8 +151,7 @@ func mustInject(t *testing.T, in *injector, job []byte) *corev1.PodSpec {
 // the proxy image (images/proxy.Dockerfile's proxyv2: a native sidecar, or
 // client-image none).
 const (
-	clientImage    = "proxy-supervisor/client:dev" // the template's default
-	rebuiltImage   = "proxy-supervisor/proxyv2:1.31.0-dev"
+	rebuiltImage   = "registry.example.com/proxyv2:1.31.0-custom" // a pod's own proxy-image
 	installedProxy = "/opt/proxy-supervisor/bin/proxy-supervisor"
 )
 
@@ -200,8 +199,8 @@ func TestIstioInjection(t *testing.T) {
 			case tt.annotations["proxy-supervisor.io/proxy-image"] != "":
 				bin, image = proxyBinary, rebuiltImage
 			default:
-				// Istio's tag, as make image VERSION=dev tags it.
-				bin, image = proxyBinary, "proxy-supervisor/proxyv2:"+istio.Image[strings.LastIndex(istio.Image, ":")+1:]+"-dev"
+				// The release's proxy image at Istio's tag.
+				bin, image = proxyBinary, theRelease(t).registry+"/proxyv2:"+istio.Image[strings.LastIndex(istio.Image, ":")+1:]+"-"+theRelease(t).version
 			}
 			if got := names(spec.Containers); !slices.Equal(got, tt.order) {
 				t.Errorf("containers %q, want %q", got, tt.order)
@@ -310,7 +309,7 @@ func TestIstioInjection(t *testing.T) {
 			install := find(spec.InitContainers, "proxy-supervisor-install")
 			switch {
 			case fromClient:
-				if install == nil || install.Image != clientImage || !slices.Equal(install.Command, []string{clientBinary, "install", "/opt/proxy-supervisor/bin"}) {
+				if install == nil || install.Image != theRelease(t).image("client") || !slices.Equal(install.Command, []string{clientBinary, "install", "/opt/proxy-supervisor/bin"}) {
 					t.Fatalf("install init container %+v, want the client image's %s install", install, clientBinary)
 				}
 				checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)

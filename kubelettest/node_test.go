@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,16 +30,39 @@ const (
 	// needs one that exists (else it looks its name up in DNS at each sync).
 	nodeIP = "10.213.0.1"
 	// podSubnet is the bridge's, in the node's network namespace only.
-	podSubnet   = "10.213.1.0/24"
-	pauseImage  = "docker.io/proxy-supervisor-test/pause:dev"
-	envoyImage  = "docker.io/proxy-supervisor-test/envoy:dev"
-	appImage    = "docker.io/proxy-supervisor-test/app:dev"
-	clientImage = "docker.io/proxy-supervisor/client:dev" // the manifests' own name
-	// The native manifest's own name: images/envoy.Dockerfile built on a
-	// base of the fake Envoy (envoyBase) as on Envoy's image.
-	shippedEnvoyImage = "docker.io/proxy-supervisor/envoy:dev"
-	criSocket         = "/run/containerd/containerd.sock"
+	podSubnet  = "10.213.1.0/24"
+	pauseImage = "docker.io/proxy-supervisor-test/pause:dev"
+	envoyImage = "docker.io/proxy-supervisor-test/envoy:dev"
+	appImage   = "docker.io/proxy-supervisor-test/app:dev"
+	criSocket  = "/run/containerd/containerd.sock"
 )
+
+// The shipped images under the manifests' own names (the release's, which
+// make manifests writes into deploy/): the client image, and the Envoy
+// image, images/envoy.Dockerfile built on a base of the fake Envoy
+// (envoyBase) as on Envoy's image.
+var (
+	clientImage       = releaseImage("client")
+	shippedEnvoyImage = releaseImage("envoy")
+)
+
+// releaseImage is an image of ours by its release name:
+// images/release.env's REGISTRY, VERSION's tag.
+func releaseImage(name string) string {
+	env, err := os.ReadFile("../images/release.env")
+	if err != nil {
+		panic(err)
+	}
+	version, err := os.ReadFile("../VERSION")
+	if err != nil {
+		panic(err)
+	}
+	m := regexp.MustCompile(`(?m)^REGISTRY=(\S+)$`).FindSubmatch(env)
+	if m == nil {
+		panic("images/release.env names no REGISTRY")
+	}
+	return string(m[1]) + "/" + name + ":" + strings.TrimSpace(string(version))
+}
 
 // maskedSysctls are the VM-wide files the kubelet writes at start; in the
 // node's mount namespace each is a copy, so the host keeps its values.

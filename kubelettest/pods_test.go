@@ -111,7 +111,7 @@ func adaptPod(t *testing.T, pod *corev1.Pod, app ...string) {
 		case strings.HasPrefix(c.Image, "envoyproxy/envoy"):
 			c.Image = envoyImage
 			c.Command = append(beforeDashes(c.Command), fakeEnvoy...)
-		case strings.HasPrefix(c.Image, "proxy-supervisor/envoy"):
+		case c.Image == shippedEnvoyImage:
 			// images/envoy.Dockerfile's, as built from images/: its base
 			// has the fake Envoy where Envoy's image has envoy.
 			c.Command = append(beforeDashes(c.Command), fakeEnvoy...)

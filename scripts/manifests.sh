@@ -1,14 +1,45 @@
 #!/usr/bin/env bash
-# manifests.sh [DIR]: render charts/proxy-supervisor with its defaults into
-# DIR (deploy/admission-policy/ by default), one file per template, as
-# `kubectl apply -f` and the Kustomize base there take them. deploytest
-# renders the chart the same way and fails when the files differ from it.
-# Helm is deploytest's tool (deploytest/go.mod), built from the Go module
-# proxy on first use.
+# manifests.sh: bring deploy/ and the chart to the names that one place
+# gives, then render the chart into deploy/admission-policy/.
+#
+#   images/release.env's REGISTRY  the registry of every image of ours
+#   VERSION                        their tag, and the chart's version
+#   images/envoy.Dockerfile's      the Envoy release the plain-Envoy
+#     ENVOY_VERSION                manifests run (never a -latest tag)
+#
+# The images' names (REGISTRY/client:VERSION, REGISTRY/envoy:VERSION,
+# REGISTRY/proxyv2:<Istio's tag>-VERSION) are rewritten in place in deploy/
+# and in the chart's values and Chart.yaml; deploytest fails when any of
+# them is not what these give (run make manifests after changing one).
+#
+# manifests.sh DIR renders the chart into DIR alone, changing nothing, as
+# deploytest does to compare. Helm is deploytest's tool (deploytest/go.mod),
+# built from the Go module proxy on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(realpath "${1:-deploy/admission-policy}")
 chart=$(pwd)/charts/proxy-supervisor
+
+if [ $# -eq 0 ]; then
+	registry=$(sed -n 's/^REGISTRY=//p' images/release.env)
+	version=$(tr -d ' \n' <VERSION)
+	envoy=$(sed -n 's/^ARG ENVOY_VERSION=//p' images/envoy.Dockerfile)
+	for v in registry version envoy; do
+		[ -n "${!v}" ] || { echo "manifests: no $v (images/release.env, VERSION, images/envoy.Dockerfile)" >&2; exit 1; }
+	done
+	# An image of ours is any name ending in /client, /envoy or /proxyv2
+	# with a tag (proxy-supervisor.io/... annotations have no such form).
+	ours='[a-z0-9.:-]*(/[a-z0-9._-]+)*/'
+	sed -E -i \
+		-e "s#${ours}(client|envoy):[A-Za-z0-9_.-]+#${registry}/\2:${version}#g" \
+		-e "s#${ours}proxyv2:%s-[A-Za-z0-9_.-]+#${registry}/proxyv2:%s-${version}#g" \
+		-e "s#envoyproxy/envoy:v[0-9][A-Za-z0-9_.-]*#envoyproxy/envoy:${envoy}#g" \
+		deploy/envoy-sidecar/*.yaml deploy/istio/*.yaml deploy/admission-policy/job.yaml
+	sed -E -i -e "s#^(  registry: ).*#\1${registry}#" "$chart/values.yaml"
+	sed -E -i -e "s#^(version|appVersion): .*#\1: ${version}#" "$chart/Chart.yaml"
+	set -- deploy/admission-policy
+fi
+
+out=$(realpath "$1")
 # The Kubernetes release the committed files are for: the newest this
 # project tests (kubelettest/internal/builds' KubeletVersion).
 kube=1.37.2
