@@ -3,7 +3,8 @@
 # image index of dist/images.txt from the release's registry (dist/registry)
 # to REGISTRY (images/release.env) by digest, unchanged (skopeo copy --all
 # --preserve-digests), then signs each there (cosign sign --recursive) and
-# attests each platform's SBOMs from dist/sbom/, and verifies both.
+# attests each platform's SBOMs from dist/sbom/, and verifies both; and the
+# Helm chart of dist/charts.txt the same way, signed and verified.
 #
 # Signing is keyless (the job's OIDC identity, recorded in Rekor), as the
 # maintainers' release workflow runs it; PUBLISH_KEY=FILE signs with that
@@ -15,12 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . images/release.env
-fail() { printf 'publish: FAILED: %s\n' "$*" >&2; exit 1; }
-quiet() {
-  local what=$1
-  shift
-  "$@" > "$work/out" 2>&1 || fail "$what: $(tail -n 5 "$work/out")"
-}
+step=publish
+. scripts/steps.sh
 GO=${GO:-go}
 dist=$PWD/${DIST:-dist}
 work=$dist/.publish
@@ -77,6 +74,18 @@ while read -r line _; do
       done
     done
   done < "$work/platforms"
-  echo "publish: $dst@$digest: copied, signed, SBOMs attested, verified"
+  say "$dst@$digest: copied, signed, SBOMs attested, verified"
 done < "$dist/images.txt"
+# The chart (dist/charts.txt): the OCI artifact copied by digest, unchanged,
+# then signed there and verified, as the images are.
+if [ -s "$dist/charts.txt" ]; then
+  read -r line < "$dist/charts.txt"
+  ref=${line%@*} digest=${line#*@}
+  path=${ref#"$REGISTRY"/}
+  dst=$target/$path
+  skopeo copy -q --preserve-digests --src-tls-verify=false "${dst_tls[@]}" "docker://$reg/${REGISTRY#*/}/${path%%:*}@$digest" "docker://$dst"
+  quiet "cosign sign ${dst%:*}@$digest" cosign sign -y "${sign[@]}" "${dst%:*}@$digest"
+  quiet "cosign verify ${dst%:*}@$digest" cosign verify "${verify[@]}" "${dst%:*}@$digest"
+  say "$dst@$digest: the chart, copied, signed, verified"
+fi
 rm -rf "$work"

@@ -7,6 +7,9 @@
 #                                               each binary and each image's
 #                                               every platform (syft)
 #   dist/images.txt                             each image index, by digest
+#   dist/proxy-supervisor-VERSION.tgz           the Helm chart, also pushed
+#                                               as an OCI artifact
+#   dist/charts.txt                             that artifact, by digest
 #   dist/cosign.pub                             the key that signed them
 #   dist/registry/                              the registry that holds the
 #                                               images, their signatures and
@@ -42,15 +45,8 @@ root=$PWD
 GO=${GO:-go}
 dist=$root/${DIST:-dist}
 work=$dist/.work
-say() { printf 'release: %s\n' "$*"; }
-# quiet WHAT COMMAND...: runs COMMAND with its output kept, which a failure
-# prints the end of.
-quiet() {
-  local what=$1
-  shift
-  "$@" > "$work/out" 2>&1 || fail "$what: $(tail -n 5 "$work/out")"
-}
-fail() { printf 'release: FAILED: %s\n' "$*" >&2; exit 1; }
+step=release
+. scripts/steps.sh
 
 version=$(sh scripts/version.sh version)
 commit=$(sh scripts/version.sh commit)
@@ -244,6 +240,33 @@ for img in "client images/client.Dockerfile client:$tag" \
   echo "$line" >> "$dist/images.txt"
   say "$REGISTRY/$path@$d: $(wc -l < "$work/platforms") platforms, signed, SBOMs attested, verified"
 done
+
+# The chart (charts/proxy-supervisor), an OCI artifact in the same
+# registry: packaged at the release's version, its default image the
+# release's envoy image (appVersion is the images' tag), pushed, signed and
+# verified as the images are, then pulled back by digest as helm install
+# would and rendered. helm is deploytest's tool (deploytest/go.mod).
+helm_bin=$("$GO" -C deploytest tool -n helm)
+helm() { HELM_CACHE_HOME=$work/helm/cache HELM_CONFIG_HOME=$work/helm/config HELM_DATA_HOME=$work/helm/data "$helm_bin" "$@"; }
+quiet "helm package" helm package charts/proxy-supervisor --version "$version" --app-version "$tag" -d "$work/chart"
+pkg=$(echo "$work"/chart/proxy-supervisor-*.tgz)
+[ -f "$pkg" ] || fail "helm package made no chart archive"
+cp "$pkg" "$dist/"
+ref=$reg/$repo/charts/proxy-supervisor
+quiet "helm push" helm push "$pkg" "oci://$reg/$repo/charts" --plain-http
+d=$(sed -n 's/^Digest: //p' "$work/out")
+[[ $d == sha256:* ]] || fail "helm push printed no digest: $(tail -n 3 "$work/out")"
+quiet "cosign sign $ref@$d" cosign sign -y --key "$key" --use-signing-config=false --tlog-upload=false "${insecure[@]}" "$ref@$d"
+quiet "cosign verify $ref@$d" cosign verify --key "$dist/cosign.pub" --insecure-ignore-tlog=true "${insecure[@]}" "$ref@$d"
+mkdir -p "$work/pulled"
+quiet "helm pull $ref@$d" helm pull "oci://$ref@$d" --plain-http -d "$work/pulled"
+pulled=$(echo "$work"/pulled/*.tgz)
+cmp -s "$pkg" "$pulled" || fail "the chart pulled by digest is not the one pushed"
+helm template proxy-supervisor "$pulled" --kube-version 1.37.2 > "$work/chart.yaml" 2> "$work/out" ||
+  fail "the pulled chart does not render: $(tail -n 3 "$work/out")"
+grep -qF "'$REGISTRY/envoy:$tag'" "$work/chart.yaml" || fail "the chart's default image is not $REGISTRY/envoy:$tag"
+echo "$REGISTRY/charts/proxy-supervisor:$tag@$d" > "$dist/charts.txt"
+say "$REGISTRY/charts/proxy-supervisor@$d: the chart, signed, verified, pulled back by digest and rendered"
 
 stop_registry
 rm -rf "$work"
