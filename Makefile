@@ -80,7 +80,7 @@ budget = -exec "$(abspath $(BIN))/budget -name $(1) $($(1))"
 test: tools
 	@BACKGROUND_NICE=0 $(BG) start kubelet-builds $$PPID $(MAKE) --no-print-directory kubelet-builds
 	@$(STAGE) "go vet and gofmt" $(MAKE) --no-print-directory lint
-	@$(STAGE) "deploy/ manifests, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
+	@$(STAGE) "deploy/ manifests, the chart, the Istio injector, Dockerfiles (deploytest/)" $(MAKE) --no-print-directory test-deploy
 	@$(STAGE) "pilot-agent from Istio's module (scripts/pilot-agent.sh)" bash scripts/pilot-agent.sh
 	@$(BG) nice kubelet-builds $$PPID 19
 	@$(STAGE) "fuzz: every target for $(FUZZTIME)" $(MAKE) --no-print-directory fuzz

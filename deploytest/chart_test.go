@@ -122,17 +122,23 @@ func TestChartLint(t *testing.T) {
 			t.Errorf("%v\n%s", err, out)
 		}
 	}
-	for _, bad := range []string{
-		"defaults.proxyCPU=1' || true || '",
-		"image.registry=evil registry",
-		"defaults.drainTimeout=forever",
-		"defaults.proxyUID=0",
-		"image.digest=latest",
-		"admissionAPIVersion=v2",
-		"unknownValue=1",
+	for _, bad := range [][2]string{
+		{"--set", "defaults.proxyCPU=1' || true || '"},
+		{"--set", "image.registry=evil registry"},
+		{"--set", "image.repository=envoy'"},
+		{"--set", "image.tag=0.1.0' + '"},
+		{"--set-string", "defaults.peers=app' + 'x"},
+		{"--set", "defaults.drainTimeout=forever"},
+		{"--set-string", "defaults.drainTimeout=0s"}, // supervise refuses a bound of 0
+		{"--set-string", "defaults.appPorts=8080\\,70000"},
+		{"--set", "defaults.proxyUID=0"},
+		{"--set", "defaults.proxyCPU=null"}, // deleted: no CPU request at all
+		{"--set", "image.digest=latest"},
+		{"--set", "admissionAPIVersion=v2"},
+		{"--set", "unknownValue=1"},
 	} {
-		if _, err := tool("helm", "template", "x", chartDir, "--set", bad); err == nil || !strings.Contains(err.Error(), "schema") {
-			t.Errorf("--set %s: rendered (%v), want the values' schema to refuse it", bad, err)
+		if _, err := tool("helm", "template", "x", chartDir, bad[0], bad[1]); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("%s %s: rendered (%v), want the values' schema to refuse it", bad[0], bad[1], err)
 		}
 	}
 }

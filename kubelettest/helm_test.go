@@ -104,9 +104,42 @@ func TestClusterHelm(t *testing.T) {
 		if !injected(p) {
 			return fmt.Errorf("a pod in %s that asks is not injected yet", helmNamespace)
 		}
+		if img := sidecarImage(p); img != envoyImage {
+			return fmt.Errorf("a pod in %s is injected with %s, not the chart's %s", helmNamespace, img, envoyImage)
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// The chart's namespaceSelector keeps it out of other namespaces: a pod
+	// that asks in default is not given the chart's image (deploy/'s own
+	// policy, when another test has installed it, injects its default).
+	outside := askingPod("helm-probe-outside")
+	delete(outside.Annotations, annProxyImage)
+	if p, err := c.dryRun(ctx, outside); err != nil {
+		t.Fatal(err)
+	} else if injected(p) && sidecarImage(p) == envoyImage {
+		t.Errorf("a pod in default was injected with the chart's image: its namespaceSelector did not apply")
+	}
+	// Every value set away from its default gives policies the API server
+	// compiles and accepts (a server-side dry run, strictly decoded), under
+	// another release's names.
+	everyValue, err := c.helm(t, "template", "ps-every-value", chart,
+		"--set", "image.registry=registry.example.com:5000/mirror,image.repository=ps/envoy,image.digest=sha256:"+strings.Repeat("ab", 32),
+		"--set", "namespaceSelector.matchLabels.mesh=on,validation=true,peerRestartGuard=true",
+		"--set", "defaults.proxyUID=1337,defaults.proxyCPU=250m,defaults.proxyMemory=96Mi,defaults.proxyMemoryLimit=256Mi",
+		"--set-string", "defaults.peers=app\\,worker,defaults.drainMin=2s,defaults.drainTimeout=40s,defaults.appPorts=8080\\,9090")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, everyValue)
+	}
+	docs := yamlDocs(everyValue)
+	for _, doc := range docs {
+		if err := c.createStrict(ctx, policyResources[kindOf(doc)], doc, true); err != nil {
+			t.Errorf("the chart with every value set: %s refused: %v", kindOf(doc), err)
+		}
+	}
+	if len(docs) != 6 {
+		t.Errorf("the chart with every value set renders %d objects, want 6", len(docs))
 	}
 
 	var job batchv1.Job
@@ -125,8 +158,8 @@ func TestClusterHelm(t *testing.T) {
 	}
 	p := &pods[0]
 	wantInjected(t, p)
-	if i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == sidecarName }); i < 0 || p.Spec.InitContainers[i].Image != envoyImage {
-		t.Errorf("the sidecar's image is not the chart's %s: %+v", envoyImage, p.Spec.InitContainers)
+	if img := sidecarImage(p); img != envoyImage {
+		t.Errorf("the sidecar's image %q is not the chart's %s", img, envoyImage)
 	}
 	wantExits(t, p, map[string]exited{sidecarName: {0, 0}, "job": {0, 0}})
 	c.wantNoFailedHook(t, p.Name)
@@ -155,6 +188,14 @@ func TestClusterHelm(t *testing.T) {
 		t.Fatal(err)
 	}
 	note(t, "helm install, a Job injected with the chart's image completes, helm uninstall leaves nothing")
+}
+
+// sidecarImage is the image of the pod's injected sidecar, or "".
+func sidecarImage(p *corev1.Pod) string {
+	if i := slices.IndexFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == sidecarName }); i >= 0 {
+		return p.Spec.InitContainers[i].Image
+	}
+	return ""
 }
 
 // helmLeft names what of the release is still stored: its policies and

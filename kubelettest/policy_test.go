@@ -90,10 +90,6 @@ func (c *cluster) applyAdmissionPolicies() error {
 	// Sent as written, not through the typed client (which would drop
 	// a field it does not know): the API server's strict decoding is what
 	// checks them.
-	resources := map[string]string{
-		"MutatingAdmissionPolicy": "mutatingadmissionpolicies", "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-		"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-	}
 	for _, file := range []string{"mutating-policy.yaml", "validating-policy.yaml"} {
 		docs, err := deployDocs(policyDir + "/" + file)
 		if err != nil {
@@ -103,7 +99,7 @@ func (c *cluster) applyAdmissionPolicies() error {
 			if doc, err = outsideHelmNamespace(doc); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			if err := c.createStrict(ctx, resources[kindOf(doc)], doc, false); err != nil {
+			if err := c.createStrict(ctx, policyResources[kindOf(doc)], doc, false); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
 		}
@@ -125,6 +121,12 @@ func (c *cluster) applyAdmissionPolicies() error {
 		}
 		return nil
 	})
+}
+
+// policyResources are the admission API's resources, by kind.
+var policyResources = map[string]string{
+	"MutatingAdmissionPolicy": "mutatingadmissionpolicies", "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+	"ValidatingAdmissionPolicy": "validatingadmissionpolicies", "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
 
 // outsideHelmNamespace narrows an injection binding of deploy/'s to every
@@ -165,13 +167,18 @@ func deployDocs(manifest string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return yamlDocs(string(data)), nil
+}
+
+// yamlDocs are a YAML stream's documents that hold more than comments.
+func yamlDocs(stream string) [][]byte {
 	var docs [][]byte
-	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(stream, -1) {
 		if strings.TrimSpace(regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAllString(d, "")) != "" {
 			docs = append(docs, []byte(d))
 		}
 	}
-	return docs, nil
+	return docs
 }
 
 // createStrict creates the object of a YAML document as it is written,

@@ -26,14 +26,15 @@ if [ $# -eq 0 ]; then
 	for v in registry version envoy; do
 		[ -n "${!v}" ] || { echo "manifests: no $v (images/release.env, VERSION, images/envoy.Dockerfile)" >&2; exit 1; }
 	done
-	# An image of ours is any name ending in /client, /envoy or /proxyv2
-	# with a tag (proxy-supervisor.io/... annotations have no such form).
-	ours='[a-z0-9.:-]*(/[a-z0-9._-]+)*/'
-	sed -E -i \
-		-e "s#${ours}(client|envoy):[A-Za-z0-9_.-]+#${registry}/\2:${version}#g" \
-		-e "s#${ours}proxyv2:%s-[A-Za-z0-9_.-]+#${registry}/proxyv2:%s-${version}#g" \
-		-e "s#envoyproxy/envoy:v[0-9][A-Za-z0-9_.-]*#envoyproxy/envoy:${envoy}#g" \
-		deploy/envoy-sidecar/*.yaml deploy/istio/*.yaml deploy/admission-policy/job.yaml
+	# An image of ours is a name that ends in /client, /envoy or /proxyv2 with
+	# a tag, whatever its registry, but Envoy's own (envoyproxy/envoy), which
+	# takes the Envoy release instead (proxy-supervisor.io/... annotations
+	# have no such form). perl, for the lookarounds sed lacks.
+	REGISTRY=$registry VERSION=$version ENVOY=$envoy perl -pi -e '
+		s{(?<![\w./:-])(?!envoyproxy/)[a-z0-9.:-]+(?:/[a-z0-9._-]+)*/(client|envoy):[A-Za-z0-9_.-]+}{$ENV{REGISTRY}/$1:$ENV{VERSION}}g;
+		s{(?<![\w./:-])(?!envoyproxy/)[a-z0-9.:-]+(?:/[a-z0-9._-]+)*/proxyv2:%s-[A-Za-z0-9_.-]+}{$ENV{REGISTRY}/proxyv2:%s-$ENV{VERSION}}g;
+		s{(?<![\w./:-])envoyproxy/envoy:v[0-9][A-Za-z0-9_.-]*}{envoyproxy/envoy:$ENV{ENVOY}}g;
+	' deploy/envoy-sidecar/*.yaml deploy/istio/*.yaml deploy/admission-policy/job.yaml
 	sed -E -i -e "s#^(  registry: ).*#\1${registry}#" "$chart/values.yaml"
 	sed -E -i -e "s#^(version|appVersion): .*#\1: ${version}#" "$chart/Chart.yaml"
 	set -- deploy/admission-policy
