@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 step=publish
 . scripts/steps.sh
 GO=${GO:-go}
-dist=$PWD/${DIST:-dist}
+dist=${DIST:-dist}
+[[ $dist == /* ]] || dist=$PWD/$dist
 work=$dist/.publish
 target=${PUBLISH_REGISTRY:-$REGISTRY}
 [ -s "$dist/images.txt" ] || fail "no $dist/images.txt: run make release first"

@@ -43,7 +43,8 @@ root=$PWD
 . images/release.env
 
 GO=${GO:-go}
-dist=$root/${DIST:-dist}
+dist=${DIST:-dist}
+[[ $dist == /* ]] || dist=$root/$dist
 work=$dist/.work
 step=release
 . scripts/steps.sh
@@ -135,32 +136,44 @@ push() {
     cat "$work/digest"
 }
 
-# one_file PLATFORM FILE DEST NAME: commits NAME, an image of PLATFORM that
-# holds FILE at DEST and nothing else.
-one_file() {
-  local c
+# image_of PLATFORM NAME FILE DEST [FILE DEST]...: commits NAME, an image
+# of PLATFORM that holds each FILE at its DEST and nothing else.
+image_of() {
+  local c p=$1 name=$2
+  shift 2
   c=$(bah from -q scratch)
-  bah copy -q "$c" "$2" "$3" >/dev/null
-  bah config --os "${1%/*}" --arch "${1#*/}" "$c"
-  bah commit -q "$c" "$4" >/dev/null
+  while [ $# -gt 0 ]; do
+    bah copy -q "$c" "$1" "$2" >/dev/null
+    shift 2
+  done
+  bah config --os "${p%/*}" --arch "${p#*/}" "$c"
+  bah commit -q "$c" "$name" >/dev/null
   bah rm "$c" >/dev/null
 }
 
 # Each platform's binary as an image of that platform, which the
 # Dockerfiles take as BINARY (no build stage, no emulation).
 for p in $PLATFORMS; do
-  one_file "$p" "$dist/proxy-supervisor-${p/\//-}" /out/proxy-supervisor "localhost/release/binary:${p/\//-}"
+  image_of "$p" "localhost/release/binary:${p/\//-}" "$dist/proxy-supervisor-${p/\//-}" /out/proxy-supervisor
 done
 
 if [ "$bases" = standin ]; then
   # A stand-in for each base: an image of each platform that says what it
-  # stands for, pushed as one index; its digest pins it.
+  # stands for, pushed as one index; its digest pins it. With
+  # RELEASE_STANDIN_ENVOY=DIR the Envoy stand-in also runs: it holds
+  # DIR/envoy-OS-ARCH at /usr/local/bin/envoy, where Envoy's image has envoy
+  # (the real-kubelet suite gives it the fake Envoy, and runs the release).
   for b in "envoy $envoy_version" "proxyv2 $istio_version"; do
     read -r base btag <<<"$b"
     bah manifest create "localhost/standin/$base" >/dev/null
     echo "a stand-in for the $base base, made by make release: not Envoy's or Istio's image" > "$work/STAND-IN"
     for p in $PLATFORMS; do
-      one_file "$p" "$work/STAND-IN" /STAND-IN "localhost/standin/$base:${p/\//-}"
+      files=("$work/STAND-IN" /STAND-IN)
+      if [ "$base" = envoy ] && [ -n "${RELEASE_STANDIN_ENVOY:-}" ]; then
+        [ -x "$RELEASE_STANDIN_ENVOY/envoy-${p/\//-}" ] || fail "RELEASE_STANDIN_ENVOY: no $RELEASE_STANDIN_ENVOY/envoy-${p/\//-}"
+        files+=("$RELEASE_STANDIN_ENVOY/envoy-${p/\//-}" /usr/local/bin/envoy)
+      fi
+      image_of "$p" "localhost/standin/$base:${p/\//-}" "${files[@]}"
       bah manifest add "localhost/standin/$base" "containers-storage:localhost/standin/$base:${p/\//-}" >/dev/null
     done
     d=$(push "localhost/standin/$base" "$reg/standin/$base:$btag")
