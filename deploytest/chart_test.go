@@ -322,29 +322,28 @@ func documents(stream string) []string {
 	return docs
 }
 
-func objects(t *testing.T, stream string) []object {
+// decodeDocs decodes each document of a stream into a T.
+func decodeDocs[T any](t *testing.T, stream string) []T {
 	t.Helper()
-	var objs []object
+	var out []T
 	for _, d := range documents(stream) {
-		var o object
-		if err := yaml.Unmarshal([]byte(d), &o); err != nil {
+		var v T
+		if err := yaml.Unmarshal([]byte(d), &v); err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, o)
+		out = append(out, v)
 	}
-	return objs
+	return out
 }
+
+func objects(t *testing.T, stream string) []object { return decodeDocs[object](t, stream) }
 
 // canonical is each object of a stream as JSON with sorted keys, sorted:
 // the same objects give the same list, whatever their order or layout.
 func canonical(t *testing.T, stream string) []string {
 	t.Helper()
 	var out []string
-	for _, d := range documents(stream) {
-		var v any
-		if err := yaml.Unmarshal([]byte(d), &v); err != nil {
-			t.Fatal(err)
-		}
+	for _, v := range decodeDocs[any](t, stream) {
 		j, err := yaml.Marshal(v)
 		if err != nil {
 			t.Fatal(err)

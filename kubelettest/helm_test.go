@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ const (
 // namespace, where the API server listens, against the suite's kubeconfig.
 func (c *cluster) helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	out, err := exec.Command("go", "-C", "../deploytest", "tool", "-n", "helm").Output()
+	bin, err := helmBinary()
 	if err != nil {
 		t.Fatalf("go tool -n helm (deploytest/go.mod): %v", err)
 	}
@@ -40,11 +41,17 @@ func (c *cluster) helm(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	argv := append([]string{"/usr/bin/env", "HELM_CACHE_HOME=" + home + "/cache", "HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data",
-		strings.TrimSpace(string(out)), "--kubeconfig", c.kubeconfig}, args...)
+		bin, "--kubeconfig", c.kubeconfig}, args...)
 	cmd := theNode.nsenter(ctx, argv...)
 	b, err := cmd.CombinedOutput()
 	return string(b), err
 }
+
+// helmBinary is helm's path, asked of the go command once.
+var helmBinary = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command("go", "-C", "../deploytest", "tool", "-n", "helm").Output()
+	return strings.TrimSpace(string(out)), err
+})
 
 // The chart installs through the real API server (helm install), its
 // values decide what a labelled Job's pod gets (the image, from the chart
@@ -203,28 +210,11 @@ func sidecarImage(p *corev1.Pod) string {
 // owner=helm).
 func (c *cluster) helmLeft(ctx context.Context) []string {
 	var left []string
-	a := c.client.AdmissionregistrationV1()
 	for _, name := range []string{helmRelease + "-inject", helmRelease + "-peer-restart"} {
-		for kind, get := range map[string]func() error{
-			"MutatingAdmissionPolicy " + name: func() error {
-				_, err := a.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-				return err
-			},
-			"MutatingAdmissionPolicyBinding " + name: func() error {
-				_, err := a.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-				return err
-			},
-			"ValidatingAdmissionPolicy " + name: func() error {
-				_, err := a.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-				return err
-			},
-			"ValidatingAdmissionPolicyBinding " + name: func() error {
-				_, err := a.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-				return err
-			},
-		} {
-			if err := get(); !apierrors.IsNotFound(err) {
-				left = append(left, fmt.Sprintf("%s (%v)", kind, err))
+		for kind, resource := range policyResources {
+			err := c.client.AdmissionregistrationV1().RESTClient().Get().Resource(resource).Name(name).Do(ctx).Error()
+			if !apierrors.IsNotFound(err) {
+				left = append(left, fmt.Sprintf("%s %s (%v)", kind, name, err))
 			}
 		}
 	}
