@@ -139,7 +139,8 @@ test-deploy: tools
 manifests:
 	bash scripts/manifests.sh
 
-# The kubelet and the control plane alone, into the user's cache
+# The kubelet, the control plane and the release tools (scripts/tools.sh)
+# alone, into the user's cache
 # (kubelettest/cmd/kubelet-builds, which compiles none of the suite's client
 # packages: deploytest/ compiles those beside it under make test; it builds
 # nothing where the suite would skip), within the suite's budget as when

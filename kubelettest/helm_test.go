@@ -30,7 +30,9 @@ const (
 
 // helm runs the helm command line, deploytest's go.mod tool (built there
 // under make test, so found in the build cache), in the node's network
-// namespace, where the API server listens, against the suite's kubeconfig.
+// namespace, where the API server and the registry listen, against the
+// suite's kubeconfig; its HOME is the test's, for the discovery cache that
+// helm's Kubernetes client writes under ~/.kube.
 func (c *cluster) helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	bin, err := helmBinary()
@@ -40,7 +42,7 @@ func (c *cluster) helm(t *testing.T, args ...string) (string, error) {
 	home := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	argv := append([]string{"/usr/bin/env", "HELM_CACHE_HOME=" + home + "/cache", "HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data",
+	argv := append([]string{"/usr/bin/env", "HOME=" + home, "HELM_CACHE_HOME=" + home + "/cache", "HELM_CONFIG_HOME=" + home + "/config", "HELM_DATA_HOME=" + home + "/data",
 		bin, "--kubeconfig", c.kubeconfig}, args...)
 	cmd := theNode.nsenter(ctx, argv...)
 	b, err := cmd.CombinedOutput()
@@ -53,16 +55,22 @@ var helmBinary = sync.OnceValues(func() (string, error) {
 	return strings.TrimSpace(string(out)), err
 })
 
-// The chart installs through the real API server (helm install), its
-// values decide what a labelled Job's pod gets (the image, from the chart
-// and not the pod's annotation, and the namespaces), the Job is injected
-// and completes, and helm uninstall leaves no policy, binding or release
-// record behind, after which a pod is no longer injected.
+// The chart installs through the real API server (helm install), pulled
+// by digest from the node's registry, where make release pushed it, as are
+// the images its policy injects; the suite first verifies their signatures
+// there. Its values decide what a labelled Job's pod gets (the image, from
+// the chart and not the pod's annotation, and the namespaces), the Job is
+// injected, its sidecar pulled by digest, and completes, and helm
+// uninstall leaves no policy, binding or release record behind, after
+// which a pod is no longer injected.
 func TestClusterHelm(t *testing.T) {
 	t.Parallel()
 	c := needCluster(t)
+	rel := needRelease(t)
 	theReport.of(t)
 	ctx := context.Background()
+	rel.verify(t)
+	theReport.phase(t, "signatures verified")
 	if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: helmNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +90,19 @@ func TestClusterHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The suite's Envoy image, as a registry/repository:tag the chart
-	// composes.
-	registry, tag, _ := strings.Cut(envoyImage, ":")
-	registry, repository := filepath.Dir(registry), filepath.Base(registry)
-	if out, err := c.helm(t, "install", helmRelease, chart, "--namespace", helmNamespace,
-		"--set", "image.registry="+registry+",image.repository="+repository+",image.tag="+tag,
+	// The release's Envoy image, as the registry/repository@digest the
+	// chart composes: a platform team's mirror of the release.
+	envoy := rel.images["envoy"]
+	named, digest, _ := strings.Cut(envoy, "@")
+	if out, err := c.helm(t, "install", helmRelease, "oci://"+rel.chart, "--plain-http", "--namespace", helmNamespace,
+		"--set", "image.registry="+filepath.Dir(named)+",image.digest="+digest,
 		"--set", `namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=`+helmNamespace); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
+	// The release's other images, pulled by digest and run (their
+	// binary's version): a Job of their own, not injected.
+	images := releaseImagesJob(rel)
+	c.createJob(t, images)
 	installed := true
 	t.Cleanup(func() {
 		if installed {
@@ -111,8 +123,8 @@ func TestClusterHelm(t *testing.T) {
 		if !injected(p) {
 			return fmt.Errorf("a pod in %s that asks is not injected yet", helmNamespace)
 		}
-		if img := sidecarImage(p); img != envoyImage {
-			return fmt.Errorf("a pod in %s is injected with %s, not the chart's %s", helmNamespace, img, envoyImage)
+		if img := sidecarImage(p); img != envoy {
+			return fmt.Errorf("a pod in %s is injected with %s, not the chart's %s", helmNamespace, img, envoy)
 		}
 		return nil
 	}); err != nil {
@@ -125,7 +137,7 @@ func TestClusterHelm(t *testing.T) {
 	delete(outside.Annotations, annProxyImage)
 	if p, err := c.dryRun(ctx, outside); err != nil {
 		t.Fatal(err)
-	} else if injected(p) && sidecarImage(p) == envoyImage {
+	} else if injected(p) && sidecarImage(p) == envoy {
 		t.Errorf("a pod in default was injected with the chart's image: its namespaceSelector did not apply")
 	}
 	// Every value set away from its default gives policies the API server
@@ -165,11 +177,26 @@ func TestClusterHelm(t *testing.T) {
 	}
 	p := &pods[0]
 	wantInjected(t, p)
-	if img := sidecarImage(p); img != envoyImage {
-		t.Errorf("the sidecar's image %q is not the chart's %s", img, envoyImage)
+	if img := sidecarImage(p); img != envoy {
+		t.Errorf("the sidecar's image %q is not the chart's %s", img, envoy)
+	}
+	// Pulled from the node's registry by digest: the image the runtime
+	// ran is the release's index (no node imports it).
+	if s := status(p, sidecarName); s == nil || s.ImageID != envoy {
+		t.Errorf("the sidecar's status %+v: want it to have run %s, pulled from the node's registry", s, envoy)
 	}
 	wantExits(t, p, map[string]exited{sidecarName: {0, 0}, "job": {0, 0}})
 	c.wantNoFailedHook(t, p.Name)
+	done, _ = c.waitJob(t, helmNamespace, images.Name, clusterJobTimeout, batchv1.JobComplete)
+	if pods := c.jobPods(t, helmNamespace, images.Name); len(pods) != 1 {
+		t.Errorf("%d pods, want 1:\n%s", len(pods), c.describeJob(done))
+	} else {
+		for _, ct := range images.Spec.Template.Spec.Containers {
+			if s := status(&pods[0], ct.Name); s == nil || s.ImageID != ct.Image {
+				t.Errorf("container %s's status %+v: want it to have run %s, pulled from the node's registry", ct.Name, s, ct.Image)
+			}
+		}
+	}
 
 	if out, err := c.helm(t, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "60s"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
@@ -194,7 +221,22 @@ func TestClusterHelm(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	note(t, "helm install, a Job injected with the chart's image completes, helm uninstall leaves nothing")
+	note(t, "make release's chart and images verified and pulled by digest from the node's registry; helm install, a Job injected with the chart's image completes, helm uninstall leaves nothing")
+}
+
+// releaseImagesJob is a Job that runs the release's client and proxyv2
+// images from the node's registry, by digest: each container prints its
+// binary's version and ends.
+func releaseImagesJob(rel release) *batchv1.Job {
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "helm-release-images", Namespace: helmNamespace}}
+	job.Spec.BackoffLimit = ref[int32](0)
+	spec := &job.Spec.Template.Spec
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	spec.Containers = []corev1.Container{
+		{Name: "client", Image: rel.images["client"], Command: []string{"/proxy-supervisor", "version"}},
+		{Name: "proxyv2", Image: rel.images["proxyv2"], Command: []string{"/usr/local/bin/proxy-supervisor", "version"}},
+	}
+	return job
 }
 
 // sidecarImage is the image of the pod's injected sidecar, or "".

@@ -61,6 +61,13 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(filepath.Dir(images[0]))
+	// Made before the node, so removed after it.
+	releaseDir, err := os.MkdirTemp("", fmt.Sprintf("kubelettest-release-%d-", os.Getpid()))
+	if err != nil {
+		fmt.Println("kubelettest:", err)
+		return 1
+	}
+	defer os.RemoveAll(releaseDir)
 	fmt.Printf("kubelettest: kubelet and images ready in %s\n", time.Since(start).Round(100*time.Millisecond))
 	n, err := startNode(kubelet, images, theControlPlane)
 	if err != nil {
@@ -81,6 +88,14 @@ func testMain(m *testing.M) int {
 		n.stop() //nolint:errcheck
 		os.Exit(1)
 	}()
+	if n.cluster != nil {
+		theRelease = makeRelease(n, releaseDir)
+	} else {
+		theRelease.missing = "no control plane: " + theControlPlane.Missing
+	}
+	if theRelease.missing != "" {
+		fmt.Printf("kubelettest: TestClusterHelm will be SKIPPED (failed under CI=true): %s\n", theRelease.missing)
+	}
 	theNode = n
 	code := m.Run()
 	signal.Stop(sigs)

@@ -49,19 +49,24 @@ var (
 // releaseImage is an image of ours by its release name:
 // images/release.env's REGISTRY, VERSION's tag.
 func releaseImage(name string) string {
-	env, err := os.ReadFile("../images/release.env")
-	if err != nil {
-		panic(err)
-	}
 	version, err := os.ReadFile("../VERSION")
 	if err != nil {
 		panic(err)
 	}
-	m := regexp.MustCompile(`(?m)^REGISTRY=(\S+)$`).FindSubmatch(env)
-	if m == nil {
-		panic("images/release.env names no REGISTRY")
+	return releaseEnv("REGISTRY") + "/" + name + ":" + strings.TrimSpace(string(version))
+}
+
+// releaseEnv is the value images/release.env gives key, unquoted.
+func releaseEnv(key string) string {
+	env, err := os.ReadFile("../images/release.env")
+	if err != nil {
+		panic(err)
 	}
-	return string(m[1]) + "/" + name + ":" + strings.TrimSpace(string(version))
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + `=(.*)$`).FindSubmatch(env)
+	if m == nil {
+		panic("images/release.env sets no " + key)
+	}
+	return strings.Trim(string(m[1]), `"`)
 }
 
 // maskedSysctls are the VM-wide files the kubelet writes at start; in the
@@ -79,6 +84,9 @@ type node struct {
 	holder     *exec.Cmd
 	containerd *exec.Cmd
 	kubelet    *exec.Cmd
+	// registry serves the release's images and chart (registryAddr), nil
+	// without a release.
+	registry   *exec.Cmd
 	cgroupRoot string
 	client     *http.Client
 	// cluster is the control plane the kubelet is registered with, nil
@@ -106,7 +114,7 @@ func startNode(kubelet string, images []string, cp builds.ControlPlane) (n *node
 			n.stop()
 		}
 	}()
-	for _, d := range []string{"manifests", "cni", "sysctl"} {
+	for _, d := range []string{"manifests", "cni", "sysctl", "certs.d/" + registryAddr} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return n, err
 		}
@@ -177,7 +185,16 @@ state = "/run/containerd"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, criSocket, pauseImage, filepath.Join(n.dir, "cni"))
+  # The registries' hosts.toml files: the node's registry is plain HTTP.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
+`, criSocket, pauseImage, filepath.Join(n.dir, "cni"), filepath.Join(n.dir, "certs.d"))
+	// containerd's hosts.toml for the node's registry: a cluster's own
+	// registry without TLS is configured so (containerd's docs/hosts.md).
+	hosts := fmt.Sprintf(`server = "http://%[1]s"
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, registryAddr)
 	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "kubelettest", "plugins": [
   {"type": "bridge", "bridge": "kt-pods", "isGateway": true, "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": "/run/cni-ipam"}}]}
@@ -215,9 +232,10 @@ evictionHard:
 		kubelet += n.cluster.kubeletConfig()
 	}
 	for name, data := range map[string]string{
-		"containerd.toml":             containerd,
-		"cni/10-kubelettest.conflist": cni,
-		"kubelet.yaml":                kubelet,
+		"containerd.toml":                         containerd,
+		"cni/10-kubelettest.conflist":             cni,
+		"kubelet.yaml":                            kubelet,
+		"certs.d/" + registryAddr + "/hosts.toml": hosts,
 	} {
 		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(data), 0o644); err != nil {
 			return err
@@ -347,6 +365,42 @@ func (n *node) startHolder() error {
 	}
 }
 
+// startRegistry starts the CNCF distribution registry (bin) at
+// registryAddr in the node's network namespace, its storage the directory
+// storage, and waits until it answers. Plain HTTP: containerd reaches it by
+// its hosts.toml (writeConfigs), helm and cosign with their insecure flags.
+func (n *node) startRegistry(bin, storage string) error {
+	config := filepath.Join(n.dir, "registry.yml")
+	err := os.WriteFile(config, fmt.Appendf(nil, `version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: %s}}
+http: {addr: %s}
+`, storage, registryAddr), 0o644)
+	if err != nil {
+		return err
+	}
+	// The registry exports traces to localhost:4318 unless told not to.
+	n.registry, err = n.daemon("registry", "/usr/bin/env", "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true", bin, "serve", config)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: n.netns().Dial}}
+	if err := proctest.Poll(30*time.Second, func() error {
+		resp, err := client.Get("http://" + registryAddr + "/v2/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/v2/: %s", resp.Status)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("the node's registry does not answer: %w", err)
+	}
+	return nil
+}
+
 // daemon starts a program in the node's namespaces, its output in
 // name.log.
 func (n *node) daemon(name string, argv ...string) (*exec.Cmd, error) {
@@ -412,6 +466,9 @@ func (n *node) stop() error {
 		if n.kubelet != nil {
 			n.removeAllPods()
 			errs = append(errs, stopProcess(n.kubelet, 10*time.Second))
+		}
+		if n.registry != nil {
+			errs = append(errs, stopProcess(n.registry, 10*time.Second))
 		}
 		if n.containerd != nil {
 			if out, err := n.ctr("tasks", "ls", "-q"); err == nil {

@@ -14,6 +14,7 @@
 #   dist/registry/                              the registry that holds the
 #                                               images, their signatures and
 #                                               their SBOM attestations
+#                                               (unless RELEASE_REGISTRY)
 #
 # The images (images/client, envoy and proxy Dockerfiles) are multi-arch
 # image indexes built with Debian's buildah, without emulation: the
@@ -23,6 +24,8 @@
 # storage dist/registry), signed with cosign (with --recursive: the index
 # and each platform's image), and each platform's SBOMs attested to it; then
 # every signature and attestation is verified against dist/cosign.pub.
+# RELEASE_REGISTRY=HOST:PORT pushes to that registry instead (plain HTTP,
+# one of the caller's: the real-kubelet suite's, on its node's loopback).
 # syft, cosign and the registry are built from tools/go.mod, pinned there,
 # once into the user's cache (scripts/tools.sh).
 #
@@ -108,8 +111,13 @@ fi
 (cd "$dist" && sha256sum proxy-supervisor-linux-* > SHA256SUMS)
 say "binaries, SHA256SUMS and their SBOMs: checked"
 
-# The release's registry (scripts/registry.sh).
-start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the registry did not start"
+# The release's registry (scripts/registry.sh), or the caller's.
+if [ -n "${RELEASE_REGISTRY:-}" ]; then
+  reg=$RELEASE_REGISTRY
+  curl -sf -o /dev/null "http://$reg/v2/" || fail "RELEASE_REGISTRY=$reg: no registry answers at http://$reg/v2/"
+else
+  start_registry "$tools/registry" "$dist/registry" "$work/registry.log" || fail "the registry did not start"
+fi
 repo=${REGISTRY#*/}
 
 # buildah on a store of its own, in a mount namespace whose /var/lib and

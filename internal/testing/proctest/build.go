@@ -133,7 +133,11 @@ func build(pkgs []string) error {
 		// one binary beside another.
 		out := filepath.Join(builds.dir, path.Base(pkg))
 		dir, rel := packageModule(root, pkg)
-		if err := goBuild(dir, out, Race, append(append(flags, linkFlags(pkg)...), rel)...); err != nil {
+		var env []string
+		if Race {
+			env = raceEnv
+		}
+		if err := goBuild(dir, out, env, append(append(flags, linkFlags(pkg)...), rel)...); err != nil {
 			return err
 		}
 		builds.bins[pkg] = out
@@ -151,7 +155,19 @@ func Static(pkg, out string) error {
 	}
 	touchSources(root)
 	dir, rel := packageModule(root, pkg)
-	return goBuild(dir, out, false, append(linkFlags(pkg), rel)...)
+	return goBuild(dir, out, nil, append(linkFlags(pkg), rel)...)
+}
+
+// StaticFor is Static for another architecture (GOARCH goarch): the
+// binary of a multi-arch image's other platforms.
+func StaticFor(pkg, out, goarch string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	touchSources(root)
+	dir, rel := packageModule(root, pkg)
+	return goBuild(dir, out, []string{"GOARCH=" + goarch}, append(linkFlags(pkg), rel)...)
 }
 
 // supervisorEntry is the linker flag every build of the supervisor passes,
@@ -186,18 +202,18 @@ func packageModule(root, pkg string) (dir, rel string) {
 // GoBuild runs go build -o out with args in dir, static: for a test module
 // that builds its own commands, or others' (a kubelet).
 func GoBuild(dir, out string, args ...string) error {
-	return goBuild(dir, out, false, args...)
+	return goBuild(dir, out, nil, args...)
 }
 
-func goBuild(dir, out string, race bool, args ...string) error {
+// raceEnv is a race build's environment: the race runtime needs cgo.
+var raceEnv = []string{"CGO_ENABLED=1"}
+
+// goBuild runs go build -o out with args in dir, static unless env (added
+// to the process's, its entries winning) says otherwise.
+func goBuild(dir, out string, env []string, args ...string) error {
 	args = append([]string{"build", "-trimpath", "-o", out}, args...)
-	env := append(os.Environ(), "CGO_ENABLED=0")
-	if race {
-		// The race runtime needs cgo.
-		env = append(env, "CGO_ENABLED=1")
-	}
 	cmd := exec.Command("go", args...)
-	cmd.Dir, cmd.Env = dir, env
+	cmd.Dir, cmd.Env = dir, append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("proctest: go %s: %v\n%s", strings.Join(args, " "), err, b)
 	}

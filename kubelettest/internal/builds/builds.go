@@ -1,7 +1,8 @@
 // Package builds makes the real Kubernetes programs that the suite runs:
 // the kubelet and the control plane, compiled from the modules that
 // kubelet/ and controlplane/ pin into the user's cache, once per Kubernetes
-// and Go version, and Debian's etcd unpacked beside them.
+// and Go version, and Debian's etcd unpacked beside them; and the release
+// tools the cluster mode's make release runs (scripts/tools.sh).
 //
 // It imports only the standard library and proctest, so that make
 // kubelet-builds (cmd/kubelet-builds) can run from make test's start
@@ -17,6 +18,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,6 +219,20 @@ func fetchEtcd(cache string) (string, error) {
 		}
 	}
 	return bin, nil
+}
+
+// Tools is the directory of the release tools that tools/go.mod pins
+// (syft, cosign, the CNCF distribution registry), which scripts/tools.sh
+// builds into the user's cache when it lacks them (minutes cold).
+func Tools() (string, error) {
+	var stderr strings.Builder
+	cmd := exec.Command("bash", "../scripts/tools.sh")
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr) // what it builds, and why it failed
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("the release tools did not build (scripts/tools.sh): %v: %s", err, LastLine(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // LastLine is the last non-empty line of s: a build's or a command's
