@@ -69,7 +69,7 @@ func (n *node) startAPIServer(cp builds.ControlPlane) error {
 		return err
 	}
 	p := c.path
-	c.apiserver, err = n.daemon("kube-apiserver", cp.APIServer,
+	c.apiserver, err = n.daemon("kube-apiserver", append([]string{cp.APIServer,
 		"--etcd-servers", "http://127.0.0.1:2379",
 		"--bind-address", "0.0.0.0", "--secure-port", "6443", "--advertise-address", nodeIP,
 		"--service-cluster-ip-range", serviceRange,
@@ -79,7 +79,7 @@ func (n *node) startAPIServer(cp builds.ControlPlane) error {
 		"--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
 		// One user, the suite's: its certificate is in system:masters.
 		"--authorization-mode", "AlwaysAllow",
-		"--profiling=false", "-v", "1")
+		"--profiling=false", "-v", "1"}, apiServerFeatures()...)...)
 	if err != nil {
 		return err
 	}

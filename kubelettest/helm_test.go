@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
-	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
 
 // The chart's release in the cluster: its name, the namespace it injects in
@@ -83,8 +82,8 @@ func TestClusterHelm(t *testing.T) {
 	}
 	// helm checks the chart's kubeVersion against the API server's own
 	// (builds stamps it, as Kubernetes' release build does).
-	if v, err := c.client.Discovery().ServerVersion(); err != nil || v.GitVersion != builds.KubeletVersion {
-		t.Fatalf("the API server's version %+v (%v), want %s", v, err, builds.KubeletVersion)
+	if v, err := c.client.Discovery().ServerVersion(); err != nil || v.GitVersion != theVersion {
+		t.Fatalf("the API server's version %+v (%v), want %s", v, err, theVersion)
 	}
 	chart, err := filepath.Abs("../charts/proxy-supervisor")
 	if err != nil {
@@ -94,8 +93,9 @@ func TestClusterHelm(t *testing.T) {
 	// chart composes: a platform team's mirror of the release.
 	envoy := rel.images["envoy"]
 	named, digest, _ := strings.Cut(envoy, "@")
+	imageSet := "image.registry=" + filepath.Dir(named) + ",image.digest=" + digest
 	if out, err := c.helm(t, "install", helmRelease, "oci://"+rel.chart, "--plain-http", "--namespace", helmNamespace,
-		"--set", "image.registry="+filepath.Dir(named)+",image.digest="+digest,
+		"--set", imageSet,
 		"--set", `namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=`+helmNamespace); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
@@ -187,6 +187,8 @@ func TestClusterHelm(t *testing.T) {
 	}
 	wantExits(t, p, map[string]exited{sidecarName: {0, 0}, "job": {0, 0}})
 	c.wantNoFailedHook(t, p.Name)
+	c.renderTimeJob(t, chart, imageSet, &job, p)
+	theReport.phase(t, "render-time Job Complete")
 	done, _ = c.waitJob(t, helmNamespace, images.Name, clusterJobTimeout, batchv1.JobComplete)
 	if pods := c.jobPods(t, helmNamespace, images.Name); len(pods) != 1 {
 		t.Errorf("%d pods, want 1:\n%s", len(pods), c.describeJob(done))
@@ -221,7 +223,7 @@ func TestClusterHelm(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	note(t, "make release's chart and images verified and pulled by digest from the node's registry; helm install, a Job injected with the chart's image completes, helm uninstall leaves nothing")
+	note(t, "make release's chart and images verified and pulled by digest from the node's registry; helm install, a Job injected with the chart's image completes, the chart's render-time sidecar equals the policy's and its Job completes, helm uninstall leaves nothing")
 }
 
 // releaseImagesJob is a Job that runs the release's client and proxyv2
@@ -254,7 +256,7 @@ func (c *cluster) helmLeft(ctx context.Context) []string {
 	var left []string
 	for _, name := range []string{helmRelease + "-inject", helmRelease + "-peer-restart"} {
 		for kind, resource := range policyResources {
-			err := c.client.AdmissionregistrationV1().RESTClient().Get().Resource(resource).Name(name).Do(ctx).Error()
+			err := c.admissionClient(resource).Get().Resource(resource).Name(name).Do(ctx).Error()
 			if !apierrors.IsNotFound(err) {
 				left = append(left, fmt.Sprintf("%s %s (%v)", kind, name, err))
 			}

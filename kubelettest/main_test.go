@@ -42,6 +42,11 @@ func testMain(m *testing.M) int {
 		return 0
 	}
 	start := time.Now()
+	var err error
+	if theVersion, err = builds.Version(); err != nil {
+		fmt.Println("kubelettest:", err)
+		return 1
+	}
 	kubelet, err := builds.Kubelet()
 	if err != nil {
 		fmt.Println("kubelettest:", err)

@@ -72,19 +72,20 @@ func (c *cluster) admissionPolicies(t *testing.T) {
 func (c *cluster) applyAdmissionPolicies() error {
 	ctx := context.Background()
 	// The API is GA and on by default since 1.36: the control plane is
-	// started with no feature gate or runtime-config for it. Say so
-	// plainly if a build of the API server does not serve it.
-	res, err := c.client.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
-	if err != nil {
-		return fmt.Errorf("discovery of admissionregistration.k8s.io/v1: %w", err)
-	}
-	served := map[string]bool{}
-	for _, r := range res.APIResources {
-		served[r.Name] = true
-	}
+	// started with no feature gate or runtime-config for it there (on 1.34
+	// and 1.35 with the v1beta1 ones, apiServerFeatures). Say so plainly if
+	// a build of the API server does not serve it.
 	for _, r := range []string{"mutatingadmissionpolicies", "mutatingadmissionpolicybindings", "validatingadmissionpolicies", "validatingadmissionpolicybindings"} {
-		if !served[r] {
-			return fmt.Errorf("the API server does not serve admissionregistration.k8s.io/v1 %s", r)
+		gv := "admissionregistration.k8s.io/v1"
+		if betaMutating() && strings.HasPrefix(r, "mutating") {
+			gv += "beta1"
+		}
+		res, err := c.client.Discovery().ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return fmt.Errorf("discovery of %s: %w", gv, err)
+		}
+		if !slices.ContainsFunc(res.APIResources, func(a metav1.APIResource) bool { return a.Name == r }) {
+			return fmt.Errorf("the API server (Kubernetes %s) does not serve %s %s", theVersion, gv, r)
 		}
 	}
 	// Sent as written, not through the typed client (which would drop
@@ -96,7 +97,7 @@ func (c *cluster) applyAdmissionPolicies() error {
 			return err
 		}
 		for _, doc := range docs {
-			if doc, err = outsideHelmNamespace(doc); err != nil {
+			if doc, err = outsideHelmNamespace(forServedAPI(doc)); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
 			if err := c.createStrict(ctx, policyResources[kindOf(doc)], doc, false); err != nil {
@@ -191,7 +192,7 @@ func (c *cluster) createStrict(ctx context.Context, resource string, doc []byte,
 	if err != nil {
 		return err
 	}
-	req := c.client.AdmissionregistrationV1().RESTClient().Post().Resource(resource).Param("fieldValidation", "Strict").
+	req := c.admissionClient(resource).Post().Resource(resource).Param("fieldValidation", "Strict").
 		SetHeader("Content-Type", "application/json").Body(body)
 	if dryRun {
 		req = req.Param("dryRun", "All")
@@ -387,6 +388,7 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 	})
 	t.Run("policy-peer-restart", func(t *testing.T) {
 		theReport.of(t)
+		needMinor(t, 35, "containers' restartPolicyRules")
 		// Injected: the app's own policy and rule reach the supervisor.
 		asking := askingPod("policy-peer-restart")
 		ruled(&asking.Spec.Containers[0])

@@ -45,6 +45,10 @@ func TestRestartRules(t *testing.T) {
 		{"rule-restartall-native", "job-native-sidecar.yaml", corev1.ContainerRestartRuleActionRestartAllContainers, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.action == corev1.ContainerRestartRuleActionRestartAllContainers {
+				needMinor(t, 36, "the RestartAllContainers action")
+			}
+			needMinor(t, 35, "containers' restartPolicyRules")
 			t.Parallel()
 			n := theNode
 			n.run(t, restartPod(t, tc.manifest, tc.name, tc.action))

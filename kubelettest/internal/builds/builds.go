@@ -28,16 +28,13 @@ import (
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
 )
 
-// KubeletVersion is the Kubernetes that the suite builds (kubelet/go.mod
-// and controlplane/go.mod pin it).
-const KubeletVersion = "v1.37.2"
-
 // ldflags leave out the symbol table and DWARF, which nothing here reads:
 // generating DWARF is much of a Kubernetes binary's link, four times over.
-// They stamp the version as Kubernetes' own build does (hack/lib/version.sh):
-// unstamped, the API server says v0.0.0-master at /version, and a client
-// that checks it, such as helm against a chart's kubeVersion, refuses it.
-var ldflags = []string{"-ldflags", "-s -w " + stamp(KubeletVersion)}
+// They stamp the version v as Kubernetes' own build does
+// (hack/lib/version.sh): unstamped, the API server says v0.0.0-master at
+// /version, and a client that checks it, such as helm against a chart's
+// kubeVersion, refuses it.
+func ldflags(v string) []string { return []string{"-ldflags", "-s -w " + stamp(v)} }
 
 // stamp is the -X flags that give component-base and client-go the version.
 func stamp(v string) string {
@@ -50,15 +47,24 @@ func stamp(v string) string {
 	return strings.TrimSpace(b.String())
 }
 
-// dir is where the builds are cached.
-func dir() (string, error) {
+// cacheRoot is where the builds of every version are cached.
+func cacheRoot() (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
 	}
+	return filepath.Join(cache, "proxy-supervisor-kubelet"), nil
+}
+
+// dir is where the builds of Kubernetes v are cached.
+func dir(v string) (string, error) {
+	cache, err := cacheRoot()
+	if err != nil {
+		return "", err
+	}
 	// The flags are in the name: binaries linked with others are not these.
-	flags := sha256.Sum256([]byte(strings.Join(ldflags, " ")))
-	return filepath.Join(cache, "proxy-supervisor-kubelet", fmt.Sprintf("%s-%s-%x", KubeletVersion, runtime.Version(), flags[:4])), nil
+	flags := sha256.Sum256([]byte(strings.Join(ldflags(v), " ")))
+	return filepath.Join(cache, fmt.Sprintf("%s-%s-%x", v, runtime.Version(), flags[:4])), nil
 }
 
 // Missing lists what the suite needs and the machine lacks: where it is
@@ -96,7 +102,11 @@ func Missing() []string {
 // Kubelet is the kubelet's path, built first when the cache lacks it (a
 // cold build takes minutes, a cached one nothing).
 func Kubelet() (string, error) {
-	d, err := dir()
+	v, err := Version()
+	if err != nil {
+		return "", err
+	}
+	d, err := dir(v)
 	if err != nil {
 		return "", err
 	}
@@ -107,10 +117,14 @@ func Kubelet() (string, error) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return "", err
 	}
-	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", KubeletVersion, bin)
+	mod, err := moduleDir(filepath.Dir(d), "kubelet", v)
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", v, bin)
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid()) // concurrent runs each build their own
-	args := append([]string{"-tags", "tools"}, ldflags...)
-	if err := proctest.GoBuild("kubelet", tmp, append(args, "k8s.io/kubernetes/cmd/kubelet")...); err != nil {
+	args := append([]string{"-tags", "tools"}, ldflags(v)...)
+	if err := proctest.GoBuild(mod, tmp, append(args, "k8s.io/kubernetes/cmd/kubelet")...); err != nil {
 		return "", err
 	}
 	return bin, os.Rename(tmp, bin)
@@ -132,7 +146,11 @@ var controlPlaneCmds = []string{"kube-apiserver", "kube-controller-manager", "ku
 // directory when the cache lacks it (many minutes cold, nothing cached),
 // with etcd fetched beside it.
 func BuildControlPlane() ControlPlane {
-	d, err := dir()
+	v, err := Version()
+	if err != nil {
+		return ControlPlane{Missing: err.Error()}
+	}
+	d, err := dir(v)
 	if err != nil {
 		return ControlPlane{Missing: "a cache directory: " + err.Error()}
 	}
@@ -145,18 +163,22 @@ func BuildControlPlane() ControlPlane {
 		}
 	}
 	if len(todo) > 0 {
-		fmt.Printf("kubelettest: building %s %s into %s (many minutes from a cold Go cache)\n", strings.Join(todo, ", "), KubeletVersion, d)
+		mod, err := moduleDir(filepath.Dir(d), "controlplane", v)
+		if err != nil {
+			return ControlPlane{Missing: err.Error()}
+		}
+		fmt.Printf("kubelettest: building %s %s into %s (many minutes from a cold Go cache)\n", strings.Join(todo, ", "), v, d)
 		// A directory per run: concurrent runs each build their own.
 		tmp := filepath.Join(d, fmt.Sprintf("controlplane.tmp%d", os.Getpid()))
 		defer os.RemoveAll(tmp)
-		args := append([]string{"-tags", "tools"}, ldflags...)
+		args := append([]string{"-tags", "tools"}, ldflags(v)...)
 		for _, c := range todo {
 			args = append(args, "k8s.io/kubernetes/cmd/"+c)
 		}
 		if err := os.MkdirAll(tmp, 0o755); err != nil {
 			return ControlPlane{Missing: err.Error()}
 		}
-		if err := proctest.GoBuild("controlplane", tmp+"/", args...); err != nil {
+		if err := proctest.GoBuild(mod, tmp+"/", args...); err != nil {
 			return ControlPlane{Missing: "the control plane did not build: " + LastLine(err.Error())}
 		}
 		for _, c := range todo {
