@@ -160,7 +160,7 @@ kubelet-builds: tools
 # cold on 2 busy cores) with Debian's etcd-server unpacked beside them.
 # -timeout counts those builds too (TestMain makes them before any test;
 # under make test, kubelet-builds has made the kubelet and the control plane).
-# K8S_VERSION=1.34.4 (any release the module proxy has) builds and runs
+# K8S_VERSION=1.36.3 (any release the module proxy has) builds and runs
 # that Kubernetes instead of 1.37.2: its modules are made in the same cache,
 # the scenarios of a newer release skip saying which one they need, and on
 # 1.34 and 1.35 the API server turns on the v1beta1 admission policies.

@@ -143,7 +143,7 @@ func TestClusterHelm(t *testing.T) {
 	// Every value set away from its default gives policies the API server
 	// compiles and accepts (a server-side dry run, strictly decoded), under
 	// another release's names.
-	everyValue, err := c.helm(t, "template", "ps-every-value", chart,
+	everyValue, err := c.helm(t, "template", "ps-every-value", chart, "--kube-version", theVersion,
 		"--set", "image.registry=registry.example.com:5000/mirror,image.repository=ps/envoy,image.digest=sha256:"+strings.Repeat("ab", 32),
 		"--set", "namespaceSelector.matchLabels.mesh=on,validation=true,peerRestartGuard=true",
 		"--set", "defaults.proxyUID=1337,defaults.proxyCPU=250m,defaults.proxyMemory=96Mi,defaults.proxyMemoryLimit=256Mi",

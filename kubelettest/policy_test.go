@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
+	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
 )
 
 // What a pod asks for injection with, and what the policy injects
@@ -402,14 +403,19 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		}
 		// A rule without codes (values is optional): NotIn() matches
 		// every exit.
+		// (RestartAllContainers from 1.36; 1.35 knows Restart alone.)
+		action := corev1.ContainerRestartRuleActionRestartAllContainers
+		if builds.Minor() < 36 {
+			action = corev1.ContainerRestartRuleActionRestart
+		}
 		asking = askingPod("policy-peer-restart-notin")
 		ruled(&asking.Spec.Containers[0])
 		asking.Spec.Containers[0].RestartPolicyRules = append(asking.Spec.Containers[0].RestartPolicyRules, corev1.ContainerRestartRule{
-			Action: corev1.ContainerRestartRuleActionRestartAllContainers, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn}})
+			Action: action, ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn}})
 		if p, err = c.dryRun(ctx, asking); err != nil {
 			t.Fatalf("a labelled pod with a rule without codes: %v", err)
 		}
-		if want := "--peer-restart=app=Never,Restart:In(42,43),RestartAllContainers:NotIn()"; !slices.Contains(p.Spec.InitContainers[0].Command, want) {
+		if want := "--peer-restart=app=Never,Restart:In(42,43)," + string(action) + ":NotIn()"; !slices.Contains(p.Spec.InitContainers[0].Command, want) {
 			t.Fatalf("the injected supervisor's command %q lacks %s", p.Spec.InitContainers[0].Command, want)
 		}
 		// A container with rules that is no peer (proxy-supervisor.io/peers
@@ -464,7 +470,7 @@ func TestClusterAdmissionPolicy(t *testing.T) {
 		}
 		probe := strings.Replace(string(docs[0]), "name: proxy-supervisor-inject\n", "name: proxy-supervisor-strict-probe\n", 1)
 		probe = strings.Replace(probe, "\nspec:\n", "\nspec:\n  reinvocationPolicyy: Never\n", 1)
-		err = c.createStrict(ctx, "mutatingadmissionpolicies", []byte(probe), true)
+		err = c.createStrict(ctx, "mutatingadmissionpolicies", forServedAPI([]byte(probe)), true)
 		if err == nil || !strings.Contains(err.Error(), `unknown field "spec.reinvocationPolicyy"`) {
 			t.Fatalf("a policy with an unknown field: %v, want it refused", err)
 		}

@@ -114,11 +114,11 @@ func Kubelet() (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", err
-	}
 	mod, err := moduleDir(filepath.Dir(d), "kubelet", v)
 	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
 		return "", err
 	}
 	fmt.Printf("kubelettest: building kubelet %s into %s (minutes from a cold Go cache)\n", v, bin)

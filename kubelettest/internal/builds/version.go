@@ -2,6 +2,7 @@ package builds
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,11 +107,14 @@ func moduleDir(cache, name, v string) (string, error) {
 // its own staging directories, as its go.mod lists them.
 func stagingModules(v string) ([]string, error) {
 	cmd := exec.Command("go", "mod", "download", "-json", "k8s.io/kubernetes@"+v)
-	cmd.Dir = os.TempDir() // outside any module
-	out, err := cmd.Output()
+	cmd.Dir = os.TempDir()   // outside any module
+	out, err := cmd.Output() // on failure, the JSON still says why in Error
 	var info struct{ GoMod, Error string }
 	if jerr := json.Unmarshal(out, &info); err != nil || jerr != nil || info.Error != "" {
-		return nil, fmt.Errorf("k8s.io/kubernetes@%s from the module proxy: %v %s", v, err, info.Error)
+		if info.Error != "" {
+			err = errors.New(info.Error)
+		}
+		return nil, fmt.Errorf("k8s.io/kubernetes@%s from the module proxy: %w", v, errors.Join(err, jerr))
 	}
 	gomod, err := os.ReadFile(info.GoMod)
 	if err != nil {
