@@ -75,6 +75,9 @@ func TestRestartAllContainersStartsANewRun(t *testing.T) {
 	if code := job.Exit(soon); code != 0 {
 		t.Fatalf("second job exit %d", code)
 	}
+	// The supervisor logs the completion a moment after the exit: read
+	// the order once it has.
+	sup2.WaitLog("peer completed", soon)
 	out := sup2.Out.String()
 	if ready, done := strings.Index(out, "proxy ready"), strings.LastIndex(out, "peer completed"); ready < 0 || done < ready {
 		t.Fatal("the second job completed before the second proxy was ready: exec did not wait for it")
