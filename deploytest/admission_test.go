@@ -42,6 +42,9 @@ func TestAdmissionPolicies(t *testing.T) {
 		configMap string
 	)
 	for _, d := range deployDocs(t) {
+		if strings.HasPrefix(d.file, "istio/") {
+			continue // install-first.yaml's policy: TestIstioInstallFirst
+		}
 		switch o := d.obj.(type) {
 		case *admissionv1.MutatingAdmissionPolicy:
 			mutating = o

@@ -62,6 +62,7 @@ func TestIstioKnobs(t *testing.T) {
 		{"proxy-supervisor.io/log-level", "verbose"},
 		{"proxy-supervisor.io/client-image", "client image"},
 		{"proxy-supervisor.io/proxy-image", "proxy image"},
+		{"proxy-supervisor.io/native-delivery", "volume"},
 	} {
 		_, err := in.inject(meshJob(t, map[string]string{tt.key: tt.value}))
 		if err == nil || !strings.Contains(err.Error(), "annotation "+tt.key+": \""+tt.value+"\"") {
@@ -83,7 +84,7 @@ func TestIstioKnobs(t *testing.T) {
 	}
 	// The template reads these (--peers' is held by TestIstioInjection).
 	read := map[string]bool{}
-	for _, k := range []string{"drain-min", "drain-timeout", "drain-delay", "app-ports", "log-format", "log-level", "peers", "client-image", "proxy-image"} {
+	for _, k := range []string{"drain-min", "drain-timeout", "drain-delay", "app-ports", "log-format", "log-level", "peers", "client-image", "proxy-image", "native-delivery"} {
 		if !strings.Contains(string(raw), `"`+k+`"`) && !strings.Contains(string(raw), "proxy-supervisor.io/"+k) {
 			t.Errorf("the template does not read proxy-supervisor.io/%s", k)
 		}

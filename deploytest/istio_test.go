@@ -19,6 +19,7 @@ import (
 	"istio.io/istio/operator/pkg/render"
 	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube/inject"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -153,6 +154,7 @@ func mustInject(t *testing.T, in *injector, job []byte) *corev1.PodSpec {
 const (
 	rebuiltImage   = "registry.example.com/proxyv2:1.31.0-custom" // a pod's own proxy-image
 	installedProxy = "/opt/proxy-supervisor/bin/proxy-supervisor"
+	nativeDelivery = "proxy-supervisor.io/native-delivery"
 )
 
 // fromProxyImage are the annotations of a pod whose proxy image carries the
@@ -181,6 +183,7 @@ func TestIstioInjection(t *testing.T) {
 		{name: "cni", set: []string{"components.cni.enabled=true"}, hold: true, order: []string{"istio-proxy", "job"}},
 		{name: "classic proxy image", hold: true, annotations: fromProxyImage(nil), order: []string{"istio-proxy", "job"}},
 		{name: "native proxy image", native: true, hold: true, annotations: fromProxyImage(native), order: []string{"job"}},
+		{name: "native install", native: true, hold: true, annotations: map[string]string{"sidecar.istio.io/nativeSidecar": "true", nativeDelivery: "install"}, order: []string{"job"}},
 		{name: "classic none", hold: true, annotations: map[string]string{"proxy-supervisor.io/client-image": "none"}, order: []string{"istio-proxy", "job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,7 +195,7 @@ func TestIstioInjection(t *testing.T) {
 			if tt.native {
 				istio = find(plain.InitContainers, "istio-proxy")
 			}
-			fromClient := !tt.native && tt.annotations["proxy-supervisor.io/client-image"] != "none"
+			fromClient := (!tt.native || tt.annotations[nativeDelivery] == "install") && tt.annotations["proxy-supervisor.io/client-image"] != "none"
 			bin, image := installedProxy, istio.Image
 			switch {
 			case fromClient:
@@ -226,8 +229,11 @@ func TestIstioInjection(t *testing.T) {
 			want := []string{bin, "supervise", "--peers=job", "--restart-policy=Never", "--grace-period=30s", "--proxy-uid=1337",
 				"--extra-ready-url=http://127.0.0.1:15020/healthz/ready"}
 			if tt.native {
+				want = append(want, "--native-sidecar")
+			}
+			if tt.native && !fromClient {
 				// One container: it installs the binary itself.
-				want = append(want, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
+				want = append(want, "--install=/opt/proxy-supervisor/bin")
 			}
 			want = append(want, "--", "/usr/local/bin/pilot-agent")
 			if !slices.Equal(proxy.Command, want) {
@@ -315,6 +321,11 @@ func TestIstioInjection(t *testing.T) {
 				checkCommandLine(t, "proxy-supervisor-install", install.Command, nil)
 				if m := mountOf(proxy, "proxy-supervisor-bin"); m == nil || !m.ReadOnly || !strings.HasPrefix(bin, m.MountPath+"/") {
 					t.Errorf("istio-proxy mounts the binary's volume at %+v, want it read-only under %s", m, bin)
+				}
+				// Istio leaves a native istio-proxy ahead of the install
+				// container, the order install-first.yaml's policy mends.
+				if i, p := slices.Index(names(spec.InitContainers), install.Name), slices.Index(names(spec.InitContainers), "istio-proxy"); tt.native && (p < 0 || i < p) {
+					t.Errorf("native install: init containers %q; the policy expects Istio's istio-proxy ahead of %s", names(spec.InitContainers), install.Name)
 				}
 			case tt.native && install != nil:
 				t.Errorf("native mode: an install init container %+v; istio-proxy installs the binary itself", install)
@@ -556,5 +567,66 @@ func TestIstioDrainDuration(t *testing.T) {
 		if got := proxyConfig(t, proxy)["drainDuration"]; got != tt.want {
 			t.Errorf("grace %ds, proxy.istio.io/config %q: drainDuration %v, want %s", tt.grace, tt.config, got, tt.want)
 		}
+	}
+}
+
+// deploy/istio/install-first.yaml, the policy that lets a native
+// istio-proxy keep Istio's image: it acts on pod creation, is invoked
+// again after Istio's webhook injects (reinvocation IfNeeded), fails
+// closed, its binding names it, and it names the two init containers the
+// template renders under native-delivery: install. The API server runs
+// its CEL in kubelettest (TestClusterIstioInstallFirst).
+func TestIstioInstallFirst(t *testing.T) {
+	var (
+		policy  *admissionv1.MutatingAdmissionPolicy
+		binding *admissionv1.MutatingAdmissionPolicyBinding
+	)
+	for _, d := range deployDocs(t) {
+		if d.file != "istio/install-first.yaml" {
+			continue
+		}
+		switch o := d.obj.(type) {
+		case *admissionv1.MutatingAdmissionPolicy:
+			policy = o
+		case *admissionv1.MutatingAdmissionPolicyBinding:
+			binding = o
+		default:
+			t.Errorf("%s: a %s; want the policy and its binding alone", d.file, d.kind)
+		}
+	}
+	if policy == nil || binding == nil {
+		t.Fatal("deploy/istio/install-first.yaml lacks its policy or its binding")
+	}
+	if binding.Spec.PolicyName != policy.Name {
+		t.Errorf("the binding names %q, the policy is %q", binding.Spec.PolicyName, policy.Name)
+	}
+	if r := policy.Spec.ReinvocationPolicy; r != admissionv1.IfNeededReinvocationPolicy {
+		t.Errorf("reinvocationPolicy %q: the policy must run again after Istio's webhook has injected", r)
+	}
+	if f := policy.Spec.FailurePolicy; f == nil || *f != admissionv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail: a pod left in Istio's order never starts", f)
+	}
+	rules := policy.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"pods"}) || !slices.Equal(rules[0].Operations, []admissionv1.OperationType{admissionv1.Create}) {
+		t.Errorf("the policy matches %+v, want pods at their creation", rules)
+	}
+	var cel strings.Builder
+	for _, c := range policy.Spec.MatchConditions {
+		cel.WriteString(c.Expression)
+	}
+	for _, v := range policy.Spec.Variables {
+		cel.WriteString(v.Expression)
+	}
+	in := newInjector(t)
+	spec := mustInject(t, in, meshJob(t, map[string]string{"sidecar.istio.io/nativeSidecar": "true", nativeDelivery: "install"}))
+	for _, name := range []string{"istio-proxy", "proxy-supervisor-install"} {
+		if find(spec.InitContainers, name) == nil || !strings.Contains(cel.String(), "'"+name+"'") {
+			t.Errorf("the template's init containers %q and the policy's conditions must both name %s", names(spec.InitContainers), name)
+		}
+	}
+	// The default, the proxy image, has nothing for the policy to move.
+	spec = mustInject(t, in, meshJob(t, map[string]string{"sidecar.istio.io/nativeSidecar": "true"}))
+	if find(spec.InitContainers, "proxy-supervisor-install") != nil {
+		t.Errorf("native-delivery image: an install container %q", names(spec.InitContainers))
 	}
 }

@@ -40,8 +40,10 @@ func TestExtraReadyURL(t *testing.T) {
 	sup := p.supervise([]string{"--drain-min", "0s", "--extra-ready-url", "http://127.0.0.1:15020/healthz/ready"})
 	sup.WaitLog("proxy started", soon)
 	app := p.app("app", []string{"--timeout", "30s"}, "echo app started; exit 0")
+	// 503 at first for the admin API, until the fake Envoy is LIVE (over a
+	// second on a busy machine), then for the extra URL alone.
 	body := p.waitHTTP(readyURL, 503, soon)
-	proctest.Until(time.Second, func() bool {
+	proctest.Until(soon, func() bool {
 		if strings.Contains(body, "DNS proxy not ready") {
 			return true
 		}

@@ -114,9 +114,7 @@ func TestClusterJobs(t *testing.T) {
 				}
 				wantExits(t, p, tc.pods[i])
 				if s := status(p, "job"); s.RestartCount > 0 {
-					if last := s.LastTerminationState.Terminated; last == nil || last.ExitCode != 3 {
-						t.Fatalf("pod %s: the app's first run %+v, want exit 3", p.Name, last)
-					}
+					lastRun(t, p, "job", 3)
 				}
 				t.Logf("pod %s events: %s", p.Name, strings.Join(c.wantNoFailedHook(t, p.Name), " "))
 			}

@@ -312,7 +312,13 @@ func (n *node) logs(t *testing.T, name, container string) string {
 // logsOf is logs, with an error instead of a failed test: for what a
 // failure's message adds.
 func (n *node) logsOf(name, container string) (string, error) {
-	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s-%s/%s", name, nodeName, container))
+	return n.podLogs(name+"-"+nodeName, container)
+}
+
+// podLogs are the logs of a container of the pod named pod (a static
+// pod's name ends in the node's), as the kubelet serves them.
+func (n *node) podLogs(pod, container string) (string, error) {
+	resp, err := n.client.Get(fmt.Sprintf("https://127.0.0.1:10250/containerLogs/default/%s/%s", pod, container))
 	if err != nil {
 		return "", err
 	}
@@ -320,7 +326,7 @@ func (n *node) logsOf(name, container string) (string, error) {
 	var body proctest.Buffer
 	_, err = io.Copy(&body, resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("the logs of %s in pod %s: %s %v: %s", container, name, resp.Status, err, body.String())
+		return "", fmt.Errorf("the logs of %s in pod %s: %s %v: %s", container, pod, resp.Status, err, body.String())
 	}
 	return body.String(), nil
 }

@@ -41,9 +41,7 @@ func TestJobOnFailureRetries(t *testing.T) {
 	n.run(t, podFrom(t, "job-onfailure.yaml", "onfailure", "/podapp", "fail-once", "/tmp/tried", "3", "get", hello))
 	p := n.waitPhase(t, "onfailure", jobTimeout, corev1.PodSucceeded)
 	wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 0}, "job": {0, 1}})
-	if last := status(p, "job").LastTerminationState.Terminated; last == nil || last.ExitCode != 3 {
-		t.Fatalf("the app's first run: %+v, want exit 3", last)
-	}
+	lastRun(t, p, "job", 3)
 }
 
 // A native sidecar, one container that installs the binary itself: the
@@ -356,10 +354,7 @@ func TestOnFailureProxyCrashMidJob(t *testing.T) {
 	n.run(t, pod)
 	p := n.waitPhase(t, "crash-mid-job", jobTimeout, corev1.PodSucceeded)
 	wantExits(t, p, map[string]exited{"install": {0, 0}, "envoy": {0, 1}, "job": {0, 0}})
-	last := status(p, "envoy").LastTerminationState.Terminated
-	if last == nil || last.ExitCode != 139 {
-		t.Fatalf("the proxy's first run: %+v, want exit 139 (SIGSEGV)", last)
-	}
+	lastRun(t, p, "envoy", 139) // SIGSEGV
 	restarted, completed := status(p, "envoy").State.Terminated.StartedAt, status(p, "job").State.Terminated.FinishedAt
 	order := "before"
 	if restarted.After(completed.Time) {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/proxy-supervisor/proxy-supervisor/kubelettest/internal/builds"
@@ -62,4 +63,30 @@ func forServedAPI(doc []byte) []byte {
 		s = strings.Replace(s, "apiVersion: admissionregistration.k8s.io/v1\nkind: "+kind+"\n", "apiVersion: admissionregistration.k8s.io/v1beta1\nkind: "+kind+"\n", 1)
 	}
 	return []byte(s)
+}
+
+// lastRun is the previous run of a restarted container as the kubelet
+// reports it (lastState.terminated), asserted to have exited with code. It
+// is nil where a kubelet before 1.36 reported none: Kubernetes keeps it best
+// effort (kubernetes#6652, #101044). Those kubelets rebuild it from the
+// exited instances the runtime still holds, and delete the earlier one
+// (podContainerDeletor keeps one dead container per name) once the next run
+// has exited too, so a pod that has completed often reports none. From 1.36
+// the kubelet carries it forward from the status it last reported (under
+// RestartAllContainersOnContainerExits, on by default since then), and a
+// missing one fails t.
+func lastRun(t *testing.T, p *corev1.Pod, name string, code int32) *corev1.ContainerStateTerminated {
+	t.Helper()
+	s := status(p, name)
+	if s == nil {
+		t.Fatalf("pod %s has no container %s:\n%s", p.Name, name, describe(p))
+	}
+	last := s.LastTerminationState.Terminated
+	switch {
+	case last == nil && builds.Minor() < 36:
+		t.Logf("pod %s: Kubernetes %s's kubelet reports no lastState for %s after its restart (restartCount %d): it deleted that run's container", p.Name, theVersion, name, s.RestartCount)
+	case last == nil || last.ExitCode != code:
+		t.Fatalf("pod %s: the first run of %s %+v, want exit %d:\n%s", p.Name, name, last, code, describe(p))
+	}
+	return last
 }
