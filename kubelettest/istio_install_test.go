@@ -117,12 +117,10 @@ func nativeInstalled(t *testing.T, p *corev1.Pod) {
 	if !strings.HasPrefix(c.Command[0], "/opt/proxy-supervisor/bin/") || c.Image != istioBase {
 		t.Fatalf("istio-proxy runs %s in %s, want the copied binary in Istio's own proxyv2", c.Command[0], c.Image)
 	}
-	i := slices.Index(c.Command, "--")
-	c.Command = slices.Insert(c.Command, i, "--native-sidecar")
-	c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
-	c.StartupProbe = nil
-	proxy := *c
-	p.Spec.InitContainers = slices.Insert(p.Spec.InitContainers[:len(p.Spec.InitContainers)-1], 0, proxy)
+	supervisedNatively(c)
+	last := len(p.Spec.InitContainers) - 1 // where nativeIstio put it
+	proxy := p.Spec.InitContainers[last]
+	p.Spec.InitContainers = slices.Insert(p.Spec.InitContainers[:last], 0, proxy)
 }
 
 // initNames are the names of the pod's init containers, in order.

@@ -265,11 +265,19 @@ func nativeOnProxyImage(t *testing.T, p *corev1.Pod) {
 	dropInstall(p)
 	c := nativeIstio(t, p)
 	rebuilt(t, c)
+	supervisedNatively(c, "--install=/opt/proxy-supervisor/bin")
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
+}
+
+// supervisedNatively gives job-override.yaml's istio-proxy what the
+// template renders for a native sidecar: --native-sidecar and the flags
+// given before pilot-agent, its postStart wait at a native sidecar's
+// bound, and no startupProbe (the wait holds the app).
+func supervisedNatively(c *corev1.Container, flags ...string) {
 	i := slices.Index(c.Command, "--")
-	c.Command = slices.Insert(c.Command, i, "--native-sidecar", "--install=/opt/proxy-supervisor/bin")
+	c.Command = slices.Insert(c.Command, i, append([]string{"--native-sidecar"}, flags...)...)
 	c.Lifecycle.PostStart.Exec.Command = []string{c.Command[0], "wait", "--timeout=600s"}
 	c.StartupProbe = nil
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proxy-supervisor-bin", MountPath: "/opt/proxy-supervisor"})
 }
 
 // dropInstall removes job-override.yaml's install container: nothing runs
