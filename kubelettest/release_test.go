@@ -52,6 +52,13 @@ func makeRelease(n *node, dir string) release {
 	if err != nil {
 		return release{missing: err.Error()}
 	}
+	// release.sh runs helm (deploytest's go.mod tool) in the node's network
+	// namespace, which has no route out: built here first, its modules come
+	// from the module proxy. Only make test's deploytest stage had built it
+	// before, so a cold make test-kubelet failed here.
+	if _, err := helmBinary(); err != nil {
+		return release{missing: fmt.Sprintf("go tool -n helm (deploytest/go.mod): %v", err)}
+	}
 	if err := n.startRegistry(filepath.Join(tools, "registry"), filepath.Join(dir, "registry")); err != nil {
 		return release{missing: err.Error()}
 	}
