@@ -39,8 +39,8 @@ demo: build
 # and one that gives its result and time (scripts/stage.sh): go vet and
 # gofmt; the deploy/ checks (test-deploy); pilot-agent from Istio's module,
 # which e2e's comparison of drains and the kubelet suite run, built from
-# deploytest's go.mod with its flags so that it reuses what test-deploy
-# compiled (under a minute then); every fuzz target for a few seconds
+# deploytest/istioinject's go.mod with its flags so that it reuses what
+# test-deploy compiled (under a minute then); every fuzz target for a few seconds
 # (fuzz); the unit tests, the fake Envoy's tests and the pod-sandbox
 # end-to-end tests under the race detector (test-race); the pod tests once
 # more against the binaries as shipped (test-static); last the pods in a
@@ -97,9 +97,9 @@ tools:
 
 # go vet in the product's module and in the test module (e2e/); gofmt over
 # the whole tree, deploytest/ and kubelettest/ included (their vet runs in
-# their own targets); and kubelettest/'s dependencies at deploytest/'s
-# versions, so that test-kubelet reuses what test-deploy compiled
-# (scripts/modshare.sh).
+# their own targets); and the dependencies kubelettest/, deploytest/ and
+# deploytest/istioinject share at one version each, so that test-kubelet
+# reuses what test-deploy compiled (scripts/modshare.sh).
 lint:
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
@@ -122,16 +122,19 @@ test-static: tools
 	cd e2e && $(SUMMARY) -count=1 -parallel 8 -timeout 10m $(call budget,BUDGET_E2E) .
 
 # The deploy/ manifests, the Istio injection template (rendered by Istio's
-# own injector), the Dockerfiles and docs/lifecycle.svg, in their own module
-# (deploytest/) so that istio.io/istio and k8s.io/api never reach the
-# binary's. A cold build of it takes minutes; later runs use the build cache.
-# The chart's checks run helm and kustomize, deploytest's go.mod tools, and
-# deploytest/kubeapi against each Kubernetes release's API types: built here
-# first, outside the tests' memory budget (the helm link alone would
-# overrun it), into the build cache the tests then find them in.
+# own injector, at each Istio release deploytest/istioinject names), the
+# Dockerfiles and docs/lifecycle.svg, in their own modules (deploytest/ and
+# the programs beside it) so that istio.io/istio and k8s.io/api never reach
+# the binary's. A cold build takes minutes (Istio's module once per
+# release); later runs use the build cache. The chart's checks run helm and
+# kustomize, deploytest's go.mod tools, and deploytest/kubeapi against each
+# Kubernetes release's API types; the Istio tests run istioinject. All are
+# built here first, outside the tests' memory budget (the helm link alone
+# would overrun it), into the build cache the tests then find them in.
 test-deploy: tools
 	cd deploytest && $(GO) tool -n helm >/dev/null && $(GO) tool -n kustomize >/dev/null
 	cd deploytest/kubeapi && $(GO) vet . && for m in go.1.*.mod go.mod; do $(GO) build -modfile=$$m -o /dev/null . || exit; done
+	cd deploytest/istioinject && $(GO) vet . && for m in go.mod go.1.*.mod; do $(GO) build -modfile=$$m -o /dev/null . || exit; done
 	cd deploytest && $(GO) vet ./... && $(SUMMARY) -count=1 -timeout 10m $(call budget,BUDGET_DEPLOY) ./...
 
 # Renders charts/proxy-supervisor with its defaults into

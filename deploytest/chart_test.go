@@ -67,7 +67,7 @@ var kubeapiBuilds sync.Map // minor → func() (string, error)
 func kubeapi(t *testing.T, minor string) string {
 	t.Helper()
 	f, _ := kubeapiBuilds.LoadOrStore(minor, sync.OnceValues(func() (string, error) {
-		bin := filepath.Join(os.TempDir(), "kubeapi-"+minor)
+		bin := filepath.Join(work, "kubeapi-"+minor)
 		cmd := exec.Command("go", "build", "-modfile="+minors[minor], "-o", bin, ".")
 		cmd.Dir = "kubeapi"
 		if out, err := cmd.CombinedOutput(); err != nil {

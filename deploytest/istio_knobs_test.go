@@ -17,8 +17,10 @@ const istioTemplateMD = root + "/docs/istio-injection-template.md"
 // with one line that names the annotation, drain-timeout raises Envoy's
 // drain time with the drain's bound, and the adoption page lists exactly
 // the annotations the template reads.
-func TestIstioKnobs(t *testing.T) {
-	in := newInjector(t)
+func TestIstioKnobs(t *testing.T) { eachIstio(t, testIstioKnobs) }
+
+func testIstioKnobs(t *testing.T, r istioRelease) {
+	in := r.injector(t)
 	// The health port is declared, by the name the other forms give it,
 	// so that a PodMonitor finds /metrics (docs/reference.md, Scraping).
 	for _, native := range []string{"false", "true"} {
@@ -64,7 +66,7 @@ func TestIstioKnobs(t *testing.T) {
 		{"proxy-supervisor.io/proxy-image", "proxy image"},
 		{"proxy-supervisor.io/native-delivery", "volume"},
 	} {
-		_, err := in.inject(meshJob(t, map[string]string{tt.key: tt.value}))
+		_, err := in.inject(t, meshJob(t, map[string]string{tt.key: tt.value}))
 		if err == nil || !strings.Contains(err.Error(), "annotation "+tt.key+": \""+tt.value+"\"") {
 			t.Errorf("%s: %q injected with %v, want an error that names the annotation and its value", tt.key, tt.value, err)
 		}

@@ -3,22 +3,14 @@ package deploytest
 import (
 	"bytes"
 	"encoding/json"
-	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	meshconfig "istio.io/api/mesh/v1alpha1"
-	"istio.io/istio/manifests"
-	"istio.io/istio/operator/pkg/render"
-	"istio.io/istio/pkg/config/mesh"
-	"istio.io/istio/pkg/kube/inject"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,87 +23,6 @@ const (
 	istioOverride = root + "/deploy/istio/job-override.yaml"
 	ourTemplate   = "proxy-supervisor"
 )
-
-// injector is istiod's injection configuration rendered by Istio's own
-// installer from its embedded charts, with our Helm values merged in.
-type injector struct {
-	templates inject.Templates
-	values    inject.ValuesConfig
-	mesh      *meshconfig.MeshConfig
-}
-
-var injectors sync.Map // --set flags joined -> *injector; rendering the charts takes a while
-
-// newInjector renders istiod's charts with deploy/istio/values.yaml (as
-// spec.values of an IstioOperator) and extra --set flags.
-func newInjector(t *testing.T, set ...string) *injector {
-	t.Helper()
-	key := strings.Join(set, " ")
-	if in, ok := injectors.Load(key); ok {
-		return in.(*injector)
-	}
-	raw, err := os.ReadFile(istioValues)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	if err := yaml.UnmarshalStrict(raw, &values); err != nil {
-		t.Fatalf("%s: %v", istioValues, err)
-	}
-	iop, err := yaml.Marshal(map[string]any{
-		"apiVersion": "install.istio.io/v1alpha1",
-		"kind":       "IstioOperator",
-		"spec":       map[string]any{"values": values},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "iop.yaml")
-	if err := os.WriteFile(file, iop, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sets, _, err := render.GenerateManifest([]string{file}, append([]string{"profile=empty", "components.pilot.enabled=true"}, set...), false, nil, nil)
-	if err != nil {
-		t.Fatalf("render istiod's charts with %s: %v", istioValues, err)
-	}
-	in := &injector{}
-	for _, s := range sets {
-		for _, m := range s.Manifests {
-			if m.GetKind() != "ConfigMap" {
-				continue
-			}
-			data, _ := m.Object["data"].(map[string]any)
-			switch m.GetName() {
-			case "istio-sidecar-injector":
-				cfg, err := inject.UnmarshalConfig([]byte(data["config"].(string)))
-				if err != nil {
-					t.Fatalf("injection config: %v", err)
-				}
-				in.templates = cfg.Templates
-				if in.values, err = inject.NewValuesConfig(data["values"].(string)); err != nil {
-					t.Fatalf("injection values: %v", err)
-				}
-			case "istio":
-				if in.mesh, err = mesh.ApplyMeshConfig(data["mesh"].(string), mesh.DefaultMeshConfig()); err != nil {
-					t.Fatalf("mesh config: %v", err)
-				}
-			}
-		}
-	}
-	if in.templates[ourTemplate] == nil || in.mesh == nil {
-		t.Fatalf("istiod's charts rendered no %q template or no mesh config", ourTemplate)
-	}
-	injectors.Store(key, in)
-	return in
-}
-
-// inject runs Istio's injector (inject.IntoResourceFile, what istioctl
-// kube-inject runs) on a Job's YAML.
-func (in *injector) inject(job []byte) ([]byte, error) {
-	var out bytes.Buffer
-	err := inject.IntoResourceFile(nil, in.templates, in.values, "", in.mesh, bytes.NewReader(job), &out, func(string) {})
-	return bytes.TrimSuffix(out.Bytes(), []byte("---\n")), err
-}
 
 // meshJob is deploy/istio/job.yaml with its pod's annotations changed:
 // a key with an empty value is removed.
@@ -136,7 +47,7 @@ func meshJob(t *testing.T, annotations map[string]string) []byte {
 
 func mustInject(t *testing.T, in *injector, job []byte) *corev1.PodSpec {
 	t.Helper()
-	out, err := in.inject(job)
+	out, err := in.inject(t, job)
 	if err != nil {
 		t.Fatalf("inject: %v", err)
 	}
@@ -165,7 +76,9 @@ func fromProxyImage(more map[string]string) map[string]string {
 	return a
 }
 
-func TestIstioInjection(t *testing.T) {
+func TestIstioInjection(t *testing.T) { eachIstio(t, testIstioInjection) }
+
+func testIstioInjection(t *testing.T, r istioRelease) {
 	const hold = "proxy.istio.io/config"
 	native := map[string]string{"sidecar.istio.io/nativeSidecar": "true"}
 	for _, tt := range []struct {
@@ -187,7 +100,7 @@ func TestIstioInjection(t *testing.T) {
 		{name: "classic none", hold: true, annotations: map[string]string{"proxy-supervisor.io/client-image": "none"}, order: []string{"istio-proxy", "job"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			in := newInjector(t, tt.set...)
+			in := r.injector(t, tt.set...)
 			job := meshJob(t, tt.annotations)
 			spec := mustInject(t, in, job)
 			plain := mustInject(t, in, meshJobWith(t, job, "sidecar"))
@@ -348,8 +261,8 @@ func TestIstioInjection(t *testing.T) {
 			checkCommandLine(t, "job", app.Command, nil)
 
 			// Re-injection changes nothing.
-			out, _ := in.inject(job)
-			again, err := in.inject(out)
+			out, _ := in.inject(t, job)
+			again, err := in.inject(t, out)
 			if err != nil || !bytes.Equal(again, out) {
 				t.Errorf("re-injection is not idempotent (%v):\n%s\n---- became ----\n%s", err, out, again)
 			}
@@ -358,32 +271,34 @@ func TestIstioInjection(t *testing.T) {
 }
 
 // The kubelet's probes reach 15022 only when inbound capture skips it.
-func TestIstioInjectionCapture(t *testing.T) {
+func TestIstioInjectionCapture(t *testing.T) { eachIstio(t, testIstioInjectionCapture) }
+
+func testIstioInjectionCapture(t *testing.T, r istioRelease) {
 	const exclude = "traffic.sidecar.istio.io/excludeInboundPorts"
 	t.Run("iptables without exclusion fails", func(t *testing.T) {
-		in := newInjector(t, "values.global.proxy.excludeInboundPorts=")
-		_, err := in.inject(meshJob(t, nil))
+		in := r.injector(t, "values.global.proxy.excludeInboundPorts=")
+		_, err := in.inject(t, meshJob(t, nil))
 		if err == nil || !strings.Contains(err.Error(), "15022") || !strings.Contains(err.Error(), exclude) {
 			t.Fatalf("inject: %v, want an error that says how to exclude 15022", err)
 		}
 	})
 	t.Run("iptables with the pod's exclusion", func(t *testing.T) {
-		in := newInjector(t, "values.global.proxy.excludeInboundPorts=")
+		in := r.injector(t, "values.global.proxy.excludeInboundPorts=")
 		spec := mustInject(t, in, meshJob(t, map[string]string{exclude: "9000, 15022"}))
 		if init := find(spec.InitContainers, "istio-init"); init == nil || !slices.ContainsFunc(init.Args, func(a string) bool { return strings.Contains(a, "15022") }) {
 			t.Errorf("istio-init %+v does not exclude 15022", init)
 		}
 	})
 	t.Run("iptables with the mesh-wide exclusion", func(t *testing.T) {
-		spec := mustInject(t, newInjector(t), meshJob(t, nil))
+		spec := mustInject(t, r.injector(t), meshJob(t, nil))
 		if init := find(spec.InitContainers, "istio-init"); init == nil || !slices.ContainsFunc(init.Args, func(a string) bool { return strings.Contains(a, "15022") }) {
 			t.Errorf("istio-init %+v does not exclude 15022", init)
 		}
 	})
 	t.Run("cni writes the exclusion", func(t *testing.T) {
-		in := newInjector(t, "components.cni.enabled=true", "values.global.proxy.excludeInboundPorts=")
+		in := r.injector(t, "components.cni.enabled=true", "values.global.proxy.excludeInboundPorts=")
 		annotations := func(job []byte) map[string]string {
-			out, err := in.inject(job)
+			out, err := in.inject(t, job)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -409,11 +324,10 @@ func TestIstioInjectionCapture(t *testing.T) {
 // ENABLE_NATIVE_SIDECARS, which kube-inject reads from its process's
 // environment when the package loads, so a test cannot flip it. The
 // template decides with the very expression Istio's own template uses.
-func TestIstioNativeCondition(t *testing.T) {
-	theirs, err := fs.ReadFile(manifests.BuiltinOrDir(""), "charts/istio-control/istio-discovery/files/injection-template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestIstioNativeCondition(t *testing.T) { eachIstio(t, testIstioNativeCondition) }
+
+func testIstioNativeCondition(t *testing.T, r istioRelease) {
+	theirs := r.file(t, "charts/istio-control/istio-discovery/files/injection-template.yaml")
 	ours, err := os.ReadFile(istioValues)
 	if err != nil {
 		t.Fatal(err)
@@ -429,8 +343,10 @@ func TestIstioNativeCondition(t *testing.T) {
 }
 
 // The template knows the pod's restart policy, grace period and app names.
-func TestIstioInjectionPolicy(t *testing.T) {
-	in := newInjector(t)
+func TestIstioInjectionPolicy(t *testing.T) { eachIstio(t, testIstioInjectionPolicy) }
+
+func testIstioInjectionPolicy(t *testing.T, r istioRelease) {
+	in := r.injector(t)
 	var job batchv1.Job
 	decodeFile(t, istioJob, &job)
 	pod := &job.Spec.Template.Spec
@@ -542,8 +458,10 @@ func proxyConfig(t *testing.T, c *corev1.Container) map[string]any {
 // own when longer (45 s by default). A shorter one in the pod's
 // proxy.istio.io/config still decides at run time (pilot-agent applies the
 // annotation over PROXY_CONFIG), and the supervisor warns about it.
-func TestIstioDrainDuration(t *testing.T) {
-	in := newInjector(t)
+func TestIstioDrainDuration(t *testing.T) { eachIstio(t, testIstioDrainDuration) }
+
+func testIstioDrainDuration(t *testing.T, r istioRelease) {
+	in := r.injector(t)
 	for _, tt := range []struct {
 		grace  int64
 		config string
@@ -576,7 +494,9 @@ func TestIstioDrainDuration(t *testing.T) {
 // closed, its binding names it, and it names the two init containers the
 // template renders under native-delivery: install. The API server runs
 // its CEL in kubelettest (TestClusterIstioInstallFirst).
-func TestIstioInstallFirst(t *testing.T) {
+func TestIstioInstallFirst(t *testing.T) { eachIstio(t, testIstioInstallFirst) }
+
+func testIstioInstallFirst(t *testing.T, r istioRelease) {
 	var (
 		policy  *admissionv1.MutatingAdmissionPolicy
 		binding *admissionv1.MutatingAdmissionPolicyBinding
@@ -617,7 +537,7 @@ func TestIstioInstallFirst(t *testing.T) {
 	for _, v := range policy.Spec.Variables {
 		cel.WriteString(v.Expression)
 	}
-	in := newInjector(t)
+	in := r.injector(t)
 	spec := mustInject(t, in, meshJob(t, map[string]string{"sidecar.istio.io/nativeSidecar": "true", nativeDelivery: "install"}))
 	for _, name := range []string{"istio-proxy", "proxy-supervisor-install"} {
 		if find(spec.InitContainers, name) == nil || !strings.Contains(cel.String(), "'"+name+"'") {

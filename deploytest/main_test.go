@@ -14,17 +14,30 @@ import (
 // root is the repository's root, the main module.
 const root = ".."
 
-// binary is proxy-supervisor built from the main module.
-var binary string
+var (
+	// binary is proxy-supervisor built from the main module.
+	binary string
+	// work holds what the tests build and render once (kubeapi's and
+	// istioinject's binaries, the injectors' configs); removed at the end.
+	work string
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(proctest.Main(m, func() error {
+	code := proctest.Main(m, func() error {
+		var err error
+		if work, err = os.MkdirTemp("", "deploytest-"); err != nil {
+			return err
+		}
 		bins, err := proctest.Binaries(proctest.Supervisor)
 		if err == nil {
 			binary = bins[0]
 		}
 		return err
-	}))
+	})
+	if work != "" {
+		os.RemoveAll(work)
+	}
+	os.Exit(code)
 }
 
 // checkCommandLine runs a proxy-supervisor command line (argv[0] is the

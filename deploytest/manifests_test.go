@@ -161,8 +161,10 @@ func TestManifests(t *testing.T) {
 }
 
 // The injected pods get the same checks as the standalone ones.
-func TestIstioPods(t *testing.T) {
-	in := newInjector(t)
+func TestIstioPods(t *testing.T) { eachIstio(t, testIstioPods) }
+
+func testIstioPods(t *testing.T, r istioRelease) {
+	in := r.injector(t)
 	for name, annotations := range map[string]map[string]string{
 		"classic hold": nil,
 		"native":       {"sidecar.istio.io/nativeSidecar": "true"},
@@ -175,7 +177,7 @@ func TestIstioPods(t *testing.T) {
 	// istiod without our values: Istio's image, unchanged, and no mesh-wide
 	// exclusion.
 	t.Run("override", func(t *testing.T) {
-		plain := newInjector(t, "values.global.proxy.image=proxyv2", "values.global.proxy.excludeInboundPorts=")
+		plain := r.injector(t, "values.global.proxy.image=proxyv2", "values.global.proxy.excludeInboundPorts=")
 		raw, err := os.ReadFile(istioOverride)
 		if err != nil {
 			t.Fatal(err)

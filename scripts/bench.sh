@@ -78,7 +78,7 @@ machine() {
   changes=$(git diff --shortstat HEAD 2>/dev/null | sed 's/^ *//')
   echo "measured: $("$RUNBIN/proxy-supervisor" version) (${changes:-no uncommitted changes to tracked files}); $(date -u +%Y-%m-%dT%H:%MZ); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "kernel $(uname -r), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(free -m | awk '/^Mem:/ {print $2}') MiB RAM"
-  echo "peers: pilot-agent from istio.io/istio $(awk '$1 == "istio.io/istio" {print $2; exit}' deploytest/go.mod), scuttle's pattern from scripts/scuttle"
+  echo "peers: pilot-agent from istio.io/istio $(awk '$1 == "istio.io/istio" {print $2; exit}' deploytest/istioinject/go.mod), scuttle's pattern from scripts/scuttle"
   echo "$(go version); tini $(tini --version 2>&1 | awk '{print $3}'); dumb-init $(dumb-init --version 2>&1 | awk '{print $2}'); $(hyperfine --version); wrk $(wrk -v 2>&1 | awk 'NR==1 {print $2}')"
 }
 machine | tee "$OUT/machine.txt"

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# modshare.sh: fails when kubelettest/'s tests would compile a dependency
-# that deploytest/'s tests compiled already, at another version. Both
-# import k8s.io/api, apimachinery and client-go (with their own
-# dependencies, about 350 packages), and both build as go test does
-# (CGO_ENABLED=0, no -trimpath), so when every module that provides one of
-# kubelettest's packages is at the version deploytest selects, Go's build
-# cache gives the kubelet stage what the deploytest stage compiled; one
-# module at another version recompiles it and all that imports it (minutes
-# cold). scripts/pilot-agent.sh holds the same for pilot-agent by
-# building it from deploytest's go.mod. make lint runs this.
+# modshare.sh: fails when two of the test modules would compile one
+# dependency at two versions. deploytest/istioinject (istiod's injector at
+# the newest Istio, which make test-deploy builds first), deploytest/'s
+# tests and kubelettest/'s tests import k8s.io/api, apimachinery and
+# client-go (with their own dependencies, about 350 packages), and all
+# build as go test does (CGO_ENABLED=0, no -trimpath), so when every module
+# that provides a package two of them compile is at one version, Go's build
+# cache gives the later stage what the earlier compiled; one module at
+# another version recompiles it and all that imports it (minutes cold).
+# scripts/pilot-agent.sh holds the same for pilot-agent by building it from
+# istioinject's go.mod. make lint runs this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
-drift=$(join <(go -C kubelettest list -deps -test -f '{{with .Module}}{{.Path}} {{.Version}}{{end}}' ./... | sort -u) \
-  <(go -C deploytest list -m -f '{{.Path}} {{.Version}}' all | sort) | awk '$2 != $3')
-if [ -n "$drift" ]; then
-  echo "modshare: kubelettest/ builds these modules at other versions than deploytest/ (module, kubelettest's, deploytest's),"
-  echo "so the kubelet stage compiles them, and what imports them, a second time:"
-  echo "$drift"
-  echo "modshare: require deploytest's versions in kubelettest/go.mod (go -C kubelettest get MODULE@VERSION && go -C kubelettest mod tidy)"
-  exit 1
-fi
+# deps prints "module version" for each module that provides a package the
+# module in $1 compiles ($2: go list's flags for it).
+deps() {
+  local out
+  out=$(go -C "$1" list -deps ${2:-} -f '{{with .Module}}{{.Path}} {{.Version}}{{end}}' ./...)
+  sort -u <<<"$out"
+}
+failed=0
+check() { # $1, $2: "dir [flags]"
+  local a b drift
+  a=$(deps $1)
+  b=$(deps $2)
+  drift=$(join <(echo "$a") <(echo "$b") | awk '$2 != $3')
+  if [ -n "$drift" ]; then
+    echo "modshare: ${1%% *}/ and ${2%% *}/ compile these modules at two versions (module, ${1%% *}'s, ${2%% *}'s),"
+    echo "so a later stage compiles them, and what imports them, a second time:"
+    echo "$drift"
+    echo "modshare: require one version in both (go -C DIR get MODULE@VERSION && go -C DIR mod tidy)"
+    failed=1
+  fi
+}
+check "deploytest/istioinject" "kubelettest -test"
+check "deploytest/istioinject" "deploytest -test"
+check "deploytest -test" "kubelettest -test"
+exit $failed
