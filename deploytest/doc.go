@@ -6,5 +6,7 @@
 // lifecycle diagram in docs/ matches its source.
 //
 // It is a separate module so that the heavy test-only dependencies
-// (istio.io/istio, k8s.io/api, BuildKit) never reach the binary's module.
+// (k8s.io/api, BuildKit) never reach the binary's module; Istio's injector
+// is istioinject/, a module of its own per Istio release, which the Istio
+// tests run.
 package deploytest

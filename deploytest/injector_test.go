@@ -46,6 +46,10 @@ var istios = sync.OnceValues(func() ([]istioRelease, error) {
 			return nil, fmt.Errorf("%s requires no istio.io/api v1.N", f)
 		}
 		minor, _ := strconv.Atoi(string(m[1]))
+		// The release names the builds and the rendered configs.
+		if i := slices.IndexFunc(out, func(r istioRelease) bool { return r.minor == minor }); i >= 0 {
+			return nil, fmt.Errorf("%s and %s both name Istio 1.%d", out[i].modfile, filepath.Base(f), minor)
+		}
 		out = append(out, istioRelease{release: "1." + string(m[1]), minor: minor, modfile: filepath.Base(f)})
 	}
 	slices.SortFunc(out, func(a, b istioRelease) int { return b.minor - a.minor })
@@ -92,6 +96,10 @@ func (r istioRelease) binary(t *testing.T) string {
 func (r istioRelease) run(t *testing.T, stdin []byte, args ...string) ([]byte, error) {
 	t.Helper()
 	cmd := exec.Command(r.binary(t), args...)
+	// Not the caller's environment: Istio reads feature flags from it
+	// (ENABLE_NATIVE_SIDECARS among them), which would change what it
+	// injects. Its temporary files go to the tests' work dir.
+	cmd.Env = []string{"TMPDIR=" + work}
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -133,7 +141,9 @@ func (r istioRelease) injector(t *testing.T, set ...string) *injector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c struct{ Config string }
+	var c struct {
+		Config string `json:"config"` // istioinject's output, as its doc says
+	}
 	if err := json.Unmarshal(out, &c); err != nil {
 		t.Fatalf("Istio %s: render: %v", r.release, err)
 	}

@@ -321,9 +321,10 @@ func testIstioInjectionCapture(t *testing.T, r istioRelease) {
 }
 
 // Native mode comes from the pod's annotation or from istiod's
-// ENABLE_NATIVE_SIDECARS, which kube-inject reads from its process's
-// environment when the package loads, so a test cannot flip it. The
-// template decides with the very expression Istio's own template uses.
+// ENABLE_NATIVE_SIDECARS. The template decides with the very expression
+// Istio's own template uses, so it follows both as Istio's sidecar does;
+// the tests inject with the variable unset (istioinject runs without the
+// caller's environment).
 func TestIstioNativeCondition(t *testing.T) { eachIstio(t, testIstioNativeCondition) }
 
 func testIstioNativeCondition(t *testing.T, r istioRelease) {

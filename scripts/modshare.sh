@@ -13,28 +13,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
-# deps prints "module version" for each module that provides a package the
-# module in $1 compiles ($2: go list's flags for it).
-deps() {
-  local out
-  out=$(go -C "$1" list -deps ${2:-} -f '{{with .Module}}{{.Path}} {{.Version}}{{end}}' ./...)
-  sort -u <<<"$out"
+# Each module's list: "module version" for each module that provides a
+# package it compiles, in a file of its own, listed once. A go list that
+# fails fails the check (command substitution would hide it).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+list() { # $1: the module's dir, $2: the list's name, $3: go list's flags
+  go -C "$1" list -deps ${3:-} -f '{{with .Module}}{{.Path}} {{.Version}}{{end}}' ./... >"$tmp/$2.raw"
+  sort -u "$tmp/$2.raw" >"$tmp/$2"
 }
+list deploytest/istioinject istioinject
+list deploytest deploytest -test
+list kubelettest kubelettest -test
 failed=0
-check() { # $1, $2: "dir [flags]"
-  local a b drift
-  a=$(deps $1)
-  b=$(deps $2)
-  drift=$(join <(echo "$a") <(echo "$b") | awk '$2 != $3')
+check() { # $1, $2: two lists' names
+  local drift
+  drift=$(join "$tmp/$1" "$tmp/$2" | awk '$2 != $3')
   if [ -n "$drift" ]; then
-    echo "modshare: ${1%% *}/ and ${2%% *}/ compile these modules at two versions (module, ${1%% *}'s, ${2%% *}'s),"
+    echo "modshare: $1 and $2 compile these modules at two versions (module, $1's, $2's),"
     echo "so a later stage compiles them, and what imports them, a second time:"
     echo "$drift"
     echo "modshare: require one version in both (go -C DIR get MODULE@VERSION && go -C DIR mod tidy)"
     failed=1
   fi
 }
-check "deploytest/istioinject" "kubelettest -test"
-check "deploytest/istioinject" "deploytest -test"
-check "deploytest -test" "kubelettest -test"
+check istioinject kubelettest
+check istioinject deploytest
+check deploytest kubelettest
 exit $failed

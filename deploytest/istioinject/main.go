@@ -11,8 +11,9 @@
 //	istioinject render VALUES [SET...] > CONFIG
 //
 // renders istiod's charts, as istioctl install does, with the Helm values
-// of the YAML file VALUES (an IstioOperator's spec.values) and each --set
-// path=value SET, and writes what the injector reads from the cluster: the
+// of the YAML file VALUES (an IstioOperator's spec.values) and each SET, a
+// path=value as istioctl's --set takes, and writes what the injector reads
+// from the cluster: the
 // istio-sidecar-injector ConfigMap's config and values and the istio
 // ConfigMap's mesh, as one JSON object. It fails when they do not parse.
 //
@@ -26,8 +27,8 @@
 // prints PATH from Istio's embedded manifests (charts/...), for tests that
 // compare the template with Istio's own.
 //
-// An error is one line on stderr, and the exit status is 1 (2 for a bad
-// command line).
+// An error goes to stderr (Istio's own render and template errors may span
+// lines), and the exit status is 1 (2 for a bad command line).
 package main
 
 import (
