@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # modshare.sh: fails when two of the test modules would compile one
 # dependency at two versions. deploytest/istioinject (istiod's injector at
-# the newest Istio, which make test-deploy builds first), deploytest/'s
-# tests and kubelettest/'s tests import k8s.io/api, apimachinery and
-# client-go (with their own dependencies, about 350 packages), and all
-# build as go test does (CGO_ENABLED=0, no -trimpath), so when every module
+# the newest Istio, which make test-deploy builds first) and kubelettest/'s
+# tests import k8s.io/api, apimachinery and client-go (with their own
+# dependencies, about 350 packages), deploytest/'s tests the API types, and
+# all build as go test does (CGO_ENABLED=0, no -trimpath), so when every module
 # that provides a package two of them compile is at one version, Go's build
 # cache gives the later stage what the earlier compiled; one module at
 # another version recompiles it and all that imports it (minutes cold).
