@@ -141,14 +141,20 @@ func TestGracefulGradualDrainSpreadsCloses(t *testing.T) {
 
 func TestDuplicateDrainChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := startLive(t, drainOptions("immediate", 400*time.Millisecond))
+	const drainTime = 400 * time.Millisecond
+	e := startLive(t, drainOptions("immediate", drainTime))
+	start := time.Now()
 	call(t, e, "POST", "/drain_listeners?graceful")
 	time.Sleep(200 * time.Millisecond)
 	// A second graceful drain neither restarts the clock nor stops at once.
 	if a := call(t, e, "POST", "/drain_listeners?graceful&inboundonly"); a.body != "OK\n" {
 		t.Fatalf("second drain: %q", a.body)
 	}
-	if refused(e.ListenerAddrs()[0].String()) {
+	// Refused before the first drain's time is up, the listener was stopped
+	// by the second; after it, by the first drain's clock, which a loaded
+	// machine can reach before this check (time is read after the dial, so
+	// a load can only hide a failure, never make one).
+	if refused(e.ListenerAddrs()[0].String()) && time.Since(start) < drainTime {
 		t.Fatal("second drain stopped the listener at once")
 	}
 	eventually(t, "stopped on the first drain's clock", func() bool { return refused(e.ListenerAddrs()[0].String()) })
