@@ -62,24 +62,9 @@ func toolPath(name string) (string, error) {
 
 // kubeapi builds deploytest/kubeapi against one release's API types and
 // returns the binary's path, once per release.
-var kubeapiBuilds sync.Map // minor → func() (string, error)
-
 func kubeapi(t *testing.T, minor string) string {
 	t.Helper()
-	f, _ := kubeapiBuilds.LoadOrStore(minor, sync.OnceValues(func() (string, error) {
-		bin := filepath.Join(work, "kubeapi-"+minor)
-		cmd := exec.Command("go", "build", "-modfile="+minors[minor], "-o", bin, ".")
-		cmd.Dir = "kubeapi"
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build kubeapi for Kubernetes %s: %v: %s", minor, err, out)
-		}
-		return bin, nil
-	}))
-	bin, err := f.(func() (string, error))()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return program(t, "kubeapi", minors[minor])
 }
 
 // decodeAs decodes a render strictly against one release's API types; its

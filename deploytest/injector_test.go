@@ -70,26 +70,10 @@ func eachIstio(t *testing.T, test func(*testing.T, istioRelease)) {
 	}
 }
 
-var istioBuilds sync.Map // release → func() (string, error)
-
 // binary builds istioinject at the release, once.
 func (r istioRelease) binary(t *testing.T) string {
 	t.Helper()
-	f, _ := istioBuilds.LoadOrStore(r.release, sync.OnceValues(func() (string, error) {
-		bin := filepath.Join(work, "istioinject-"+r.release)
-		// Stripped: a third less to link and to hold on disk.
-		cmd := exec.Command("go", "build", "-modfile="+r.modfile, "-ldflags=-s -w", "-o", bin, ".")
-		cmd.Dir = "istioinject"
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build istioinject for Istio %s: %v: %s", r.release, err, out)
-		}
-		return bin, nil
-	}))
-	bin, err := f.(func() (string, error))()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return program(t, "istioinject", r.modfile)
 }
 
 // run runs istioinject at the release; stderr is its error.

@@ -2,10 +2,12 @@ package deploytest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/testing/proctest"
@@ -63,4 +65,28 @@ func checkCommandLine(t *testing.T, where string, argv []string, env []string) {
 // isProxySupervisor reports whether argv runs the proxy-supervisor binary.
 func isProxySupervisor(argv []string) bool {
 	return len(argv) > 0 && filepath.Base(argv[0]) == "proxy-supervisor"
+}
+
+var programs sync.Map // "dir modfile" → func() (string, error)
+
+// program builds the program in deploytest's subdirectory dir with one of
+// its modfiles (kubeapi's and istioinject's one per release) into work,
+// once, and returns its path. Stripped: a third less to link and to hold
+// on disk (istioinject is Istio's injector).
+func program(t *testing.T, dir, modfile string) string {
+	t.Helper()
+	f, _ := programs.LoadOrStore(dir+" "+modfile, sync.OnceValues(func() (string, error) {
+		bin := filepath.Join(work, dir+"-"+strings.TrimSuffix(modfile, ".mod"))
+		cmd := exec.Command("go", "build", "-modfile="+modfile, "-ldflags=-s -w", "-o", bin, ".")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s with %s: %v: %s", dir, modfile, err, out)
+		}
+		return bin, nil
+	}))
+	bin, err := f.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
