@@ -182,6 +182,18 @@ func (t *Tracker) LastAnswer() time.Time {
 	return t.lastAnswer
 }
 
+// Silence is how long the admin API has not answered, on the tracker's
+// clock: zero before its first answer.
+func (t *Tracker) Silence() time.Duration {
+	t.mu.Lock()
+	last := t.lastAnswer
+	t.mu.Unlock()
+	if last.IsZero() {
+		return 0
+	}
+	return t.clk.Now().Sub(last)
+}
+
 // Gone records that the proxy exited, with why. It is final: readiness is
 // withdrawn at once rather than at the next failed poll.
 func (t *Tracker) Gone(why string) {

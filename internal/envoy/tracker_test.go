@@ -219,6 +219,25 @@ func TestTrackerStaysReadyThroughOneLateAnswer(t *testing.T) {
 	if last := tr.LastAnswer(); !last.Equal(sent.Add(1500 * time.Millisecond)) {
 		t.Errorf("last answer at %v, want the late one's %v", last, sent.Add(1500*time.Millisecond))
 	}
+	// Silence counts from that answer, on the tracker's clock.
+	if got := tr.Silence(); got != 0 {
+		t.Errorf("silence at the answer = %v, want 0", got)
+	}
+}
+
+// Silence is zero until the admin API first answers: a proxy that never
+// answered has not gone silent.
+func TestTrackerSilenceBeforeAnyAnswer(t *testing.T) {
+	clk := clocktest.New()
+	h := newHeldAdmin()
+	release := h.hold()
+	defer release()
+	tr := runTracker(t, clk, TrackerConfig{}, h)
+	h.requested(t)
+	clk.Advance(time.Hour)
+	if got := tr.Silence(); got != 0 {
+		t.Errorf("silence with no answer yet = %v, want 0", got)
+	}
 }
 
 // An admin API that gives no answer at all for the hold (3 s from the
@@ -244,6 +263,10 @@ func TestTrackerWithdrawsReadinessAfterTheHold(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	silent := Status{Reason: "admin API does not answer within 3s"}
 	waitStatus(t, tr, silent)
+	// Silent since the answer that made it ready (what --hung-after reads).
+	if got := tr.Silence(); got != end.Sub(t0) {
+		t.Errorf("silence at the hold's end = %v, want %v", got, end.Sub(t0))
+	}
 	release()
 	moveTo(t, clk, "the poll after the withdrawal", end.Add(DefaultStartEvery))
 	slow := Status{Reason: "admin API does not answer within 900ms"}

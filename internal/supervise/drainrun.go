@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 )
 
@@ -105,7 +106,7 @@ func (s *Supervisor) drainCallFor(ctx context.Context) (drain.Call, bool) {
 // has its call even if the admin API is slow by then. A release that
 // cannot be read is said once here; each drain asks again.
 func (s *Supervisor) learnDrainCall(group context.Context) {
-	ctx, cancel := context.WithTimeout(group, time.Second)
+	ctx, cancel := clock.WithTimeout(group, s.cfg.Clock, time.Second)
 	defer cancel()
 	call, known := s.drainCallFor(ctx)
 	// A proxy being stopped stops answering: that says nothing of its

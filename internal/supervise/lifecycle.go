@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 )
 
@@ -69,6 +70,7 @@ type drainRun struct {
 // termination message) follows it.
 type lifecycle struct {
 	log     *slog.Logger
+	clk     clock.Clock // stamps the decision
 	onPhase func(Phase) // told of every move once the lock is released (the state gauge)
 
 	mu        sync.Mutex
@@ -95,8 +97,8 @@ type phaseMove struct {
 	refused  bool
 }
 
-func newLifecycle(log *slog.Logger, onPhase func(Phase)) *lifecycle {
-	l := &lifecycle{log: log, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
+func newLifecycle(log *slog.Logger, clk clock.Clock, onPhase func(Phase)) *lifecycle {
+	l := &lifecycle{log: log, clk: clk, onPhase: onPhase, why: "supervisor started", readied: make(chan struct{})}
 	onPhase(Starting)
 	return l
 }
@@ -151,7 +153,7 @@ func (l *lifecycle) record(e Event) (everReady bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	everReady = !l.readyAt.IsZero()
-	l.decision = l.decision.take(e, everReady, time.Now())
+	l.decision = l.decision.take(e, everReady, l.clk.Now())
 	if e.Kind == PreStop && !everReady {
 		l.earlyPreStop = true
 	}

@@ -7,11 +7,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 )
 
 func newTestLifecycle() (*lifecycle, *[]Phase) {
 	var seen []Phase
-	return newLifecycle(slog.New(slog.NewTextHandler(io.Discard, nil)), func(p Phase) { seen = append(seen, p) }), &seen
+	return newLifecycle(slog.New(slog.NewTextHandler(io.Discard, nil)), clock.System, func(p Phase) { seen = append(seen, p) }), &seen
 }
 
 func TestLifecycleMoves(t *testing.T) {

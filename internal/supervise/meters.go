@@ -3,7 +3,6 @@ package supervise
 import (
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/drain"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/metrics"
@@ -50,7 +49,7 @@ func newMeters(s *Supervisor) *meters {
 	r.CounterFunc("proxy_supervisor_zombies_reaped_total", "Exited processes reaped that were not the proxy (orphans).",
 		func() float64 { return float64(s.reaper.Orphans()) })
 	r.GaugeFunc("proxy_supervisor_uptime_seconds", "Seconds since the supervisor started.",
-		func() float64 { return time.Since(s.start).Seconds() })
+		func() float64 { return s.cfg.Clock.Now().Sub(s.start).Seconds() })
 	return m
 }
 

@@ -167,8 +167,7 @@ func (s *Supervisor) hung() (bool, string) {
 	if s.cfg.HungAfter <= 0 {
 		return false, ""
 	}
-	last := s.tracker.LastAnswer()
-	if d := time.Since(last); !last.IsZero() && d > s.cfg.HungAfter {
+	if d := s.tracker.Silence(); d > s.cfg.HungAfter {
 		return true, fmt.Sprintf("the proxy's admin API has not answered for %v (bound %v)", d.Round(time.Second), s.cfg.HungAfter)
 	}
 	return false, ""
@@ -186,7 +185,7 @@ func (s *Supervisor) Status() control.Status {
 		Peers:    peers,
 		Pending:  verdict.Pending,
 		Awaiting: verdict.Awaiting,
-		Uptime:   time.Since(s.start).Seconds(),
+		Uptime:   s.cfg.Clock.Now().Sub(s.start).Seconds(),
 		ProxyPID: s.proc.Pid(), // 0 until it is forked
 	}
 	switch {

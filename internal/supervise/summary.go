@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 )
 
 // The lifecycle summary: one short line that the supervisor writes, as it
@@ -28,13 +30,13 @@ const summaryWait = 100 * time.Millisecond
 // the time from start to the proxy's first readiness, and from the
 // decisive event to now.
 func (s *Supervisor) summary(code int, err error) string {
-	return summaryLine(code, s.life.snapshot(), s.start, err)
+	return summaryLine(code, s.life.snapshot(), s.start, s.cfg.Clock.Now(), err)
 }
 
-// summaryLine is summary for the lifecycle seen as v, started at start; a
-// zero v is a supervisor that nothing decided and that was never ready.
-func summaryLine(code int, v snapshot, start time.Time, err error) string {
-	now := time.Now()
+// summaryLine is summary for the lifecycle seen as v, started at start and
+// exiting at now; a zero v is a supervisor that nothing decided and that was
+// never ready.
+func summaryLine(code int, v snapshot, start, now time.Time, err error) string {
 	why := v.decidedBy
 	if why == "" {
 		why = "nothing decided"
@@ -67,28 +69,31 @@ func roundMs(d time.Duration) time.Duration {
 // writeSummary writes the summary to the termination message file, unless
 // none is configured.
 func (s *Supervisor) writeSummary(code int, err error) {
-	writeTerminationLog(s.cfg.TerminationLog, s.summary(code, err), s.log)
+	writeTerminationLog(s.cfg.TerminationLog, s.summary(code, err), s.cfg.Clock, s.log)
 }
 
 // WriteFailure writes the termination message of a supervisor that New
 // refused, which exits with code before anything ran.
 func WriteFailure(cfg Config, code int, err error) {
-	writeTerminationLog(cfg.TerminationLog, summaryLine(code, snapshot{}, time.Time{}, err), cfg.Log)
+	clk := clock.Or(cfg.Clock)
+	writeTerminationLog(cfg.TerminationLog, summaryLine(code, snapshot{}, time.Time{}, clk.Now(), err), clk, cfg.Log)
 }
 
 // writeTerminationLog replaces the file's content with line, unless path
 // is "". It never fails the exit and delays it by at most summaryWait: a
 // failure, or a write still blocked then, is one log line.
-func writeTerminationLog(path, line string, log *slog.Logger) {
+func writeTerminationLog(path, line string, clk clock.Clock, log *slog.Logger) {
 	if path == "" {
 		return
 	}
 	done := make(chan error, 1)
-	go func() { done <- writeNonBlocking(path, line, time.Now().Add(truncateFor)) }()
+	go func() { done <- writeNonBlocking(path, line, clk, clk.Now().Add(truncateFor)) }()
+	bound := clk.NewTimer(summaryWait)
+	defer bound.Stop()
 	var werr error
 	select {
 	case werr = <-done:
-	case <-time.After(summaryWait):
+	case <-bound.C():
 		select {
 		case werr = <-done: // it ended as the bound passed: what it did holds
 		default:
@@ -119,7 +124,7 @@ const messageMax = 4096
 // until deadline. It never creates the file (the kubelet does), and opens it
 // without blocking, so that a FIFO without a reader fails at once rather
 // than hanging the exit.
-func writeNonBlocking(path, line string, deadline time.Time) error {
+func writeNonBlocking(path, line string, clk clock.Clock, deadline time.Time) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return err
@@ -137,7 +142,7 @@ func writeNonBlocking(path, line string, deadline time.Time) error {
 	if err := m.place(); err != nil {
 		return err
 	}
-	for m.size > int64(len(line)) && time.Now().Before(deadline) {
+	for m.size > int64(len(line)) && clk.Now().Before(deadline) {
 		if err := m.cut(max(m.size-truncateStep, int64(len(line)))); err != nil {
 			return err
 		}

@@ -169,14 +169,14 @@ func New(cfg Config) (*Supervisor, error) {
 		admin:      envoy.NewAdmin(cfg.AdminURL),
 		log:        cfg.Log,
 		scanner:    portwatch.NewScanner(cfg.Log),
-		start:      time.Now(),
+		start:      cfg.Clock.Now(),
 		termEvents: make(chan *termEvent),
 		terminated: make(chan struct{}),
 	}
 	s.owner = portwatch.Owner{AdminPort: s.admin.Port(), HealthPort: portOf(cfg.HealthAddr), ProxyUID: cfg.ProxyUID, AppPorts: cfg.AppPorts}
 	s.term = termination{Supervisor: s, clk: cfg.Clock}
 	s.m = newMeters(s)
-	s.life = newLifecycle(cfg.Log, s.m.setPhase)
+	s.life = newLifecycle(cfg.Log, cfg.Clock, s.m.setPhase)
 	var extraReady func(context.Context) string
 	if cfg.ExtraReady.Network != "" {
 		extraReady = envoy.NewReadyURL(cfg.ExtraReady).Check
@@ -406,11 +406,11 @@ const envoyProbeMax = 50 * time.Millisecond
 // leader.
 func (s *Supervisor) checkEnvoyAtExit() (envoyUp bool) {
 	if s.life.everReady() {
-		ctx, cancel := context.WithTimeout(context.Background(), envoyProbeMax)
+		ctx, cancel := clock.WithTimeout(context.Background(), s.cfg.Clock, envoyProbeMax)
 		defer cancel()
 		bound, err := s.admin.Listening(ctx)
 		if err == nil && !bound {
-			s.life.noteEnvoyDown(time.Now())
+			s.life.noteEnvoyDown(s.cfg.Clock.Now())
 		}
 		envoyUp = err == nil && bound
 	}
@@ -446,9 +446,12 @@ func (s *Supervisor) followReadiness(ctx context.Context, sock *control.Server) 
 // or SIGTERM at once, and that must find it has been ready. A first
 // readiness that comes once a stop is decided is refused by the lifecycle,
 // and then nothing follows the tracker: no mark, no count, no "ready".
+//
+// A change is stamped when it is acted on, on the supervisor's clock, as
+// every stamp of the lifecycle is: the tracker's own stamp is on its own.
 func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
-	old, now := c.Old, c.Now
-	first := now.Ready && s.life.becameReady(c.At, "admin API says "+now.Reason)
+	old, now, at := c.Old, c.Now, s.cfg.Clock.Now()
+	first := now.Ready && s.life.becameReady(at, "admin API says "+now.Reason)
 	taken := s.life.everReady()
 	// The socket's mark says what /v1/ready would answer at once: only
 	// Ready, not the DRAINING of our own drain that WaitReady also takes,
@@ -460,7 +463,7 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 	// Envoy's death can show after another reason for not being ready (a
 	// connection reset mid-request), so it is noted whenever it appears.
 	if now.Down && !old.Down {
-		s.life.noteEnvoyDown(c.At)
+		s.life.noteEnvoyDown(at)
 	}
 	if now.Ready == old.Ready {
 		return
@@ -474,7 +477,7 @@ func (s *Supervisor) readinessChanged(c envoy.Change, sock *control.Server) {
 	s.m.readyChanged(now.Ready)
 	switch {
 	case first:
-		s.log.Info("proxy ready", "after", c.At.Sub(s.start).Round(time.Millisecond))
+		s.log.Info("proxy ready", "after", at.Sub(s.start).Round(time.Millisecond))
 	case now.Ready:
 		s.log.Info("proxy ready again")
 	default:
@@ -506,7 +509,7 @@ func (s *Supervisor) learnAtReady(ctx context.Context) {
 
 // learnEnvoyPorts remembers the ports of Envoy's listeners.
 func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := clock.WithTimeout(ctx, s.cfg.Clock, 2*time.Second)
 	defer cancel()
 	ports, err := s.admin.ListenerPorts(pctx)
 	switch {

@@ -466,7 +466,7 @@ func (t *termination) proxyExited(e reaper.Exit) {
 	}
 	t.log.Info("proxy exited", attrs...)
 	if at := t.book.SettledAt(); !at.IsZero() {
-		t.m.completionTo.Set(time.Since(at).Seconds())
+		t.m.completionTo.Set(t.clk.Now().Sub(at).Seconds())
 	}
 }
 
