@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxy-supervisor/proxy-supervisor/internal/clock"
 	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
@@ -51,7 +52,10 @@ type Config struct {
 	// Recorded, if set, is told of every final record the book sees for the
 	// first time (for metrics).
 	Recorded func(peers.Record)
-	Log      *slog.Logger
+	// Clock stamps the verdict's settling (SettledAt), on the supervisor's
+	// time; nil means the system's. The rescan keeps the system's pace.
+	Clock clock.Clock
+	Log   *slog.Logger
 }
 
 // Book is the merged view of the records. Its methods are safe for
@@ -97,6 +101,7 @@ func Open(cfg Config) (*Book, error) {
 	if cfg.Rescan <= 0 {
 		cfg.Rescan = DefaultRescan
 	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	held, err := cfg.Records.CreateHeld()
 	if err != nil {
 		return nil, fmt.Errorf("completion records: %w", err)

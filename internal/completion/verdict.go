@@ -107,7 +107,7 @@ func (b *Book) storeDecided(recs map[string]peers.Record, v peers.Verdict, why s
 	default:
 		if v.Settled {
 			if b.settledAt.IsZero() {
-				b.settledAt = time.Now()
+				b.settledAt = b.cfg.Clock.Now()
 			}
 			close(b.settled)
 		}

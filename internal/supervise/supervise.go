@@ -292,6 +292,7 @@ func (s *Supervisor) openRecords() error {
 		AllowedUIDs: s.cfg.AllowedUIDs,
 		Rescan:      s.cfg.Intervals.Rescan,
 		Recorded:    s.m.recorded,
+		Clock:       s.cfg.Clock,
 		Log:         s.log,
 	})
 	return err
