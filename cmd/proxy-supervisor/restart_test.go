@@ -35,28 +35,6 @@ func TestRestartPolicy(t *testing.T) {
 	}
 }
 
-func TestDrainFromGrace(t *testing.T) {
-	s := time.Second
-	tests := []struct {
-		grace, stop, want time.Duration
-		err               bool
-	}{
-		{30 * s, 5 * s, 20 * s, false}, // the defaults, as before
-		{120 * s, 5 * s, 110 * s, false},
-		{12 * s, 5 * s, 2 * s, false},
-		{11 * s, 5 * s, 1 * s, false},
-		{10 * s, 3 * s, 2 * s, false}, // a short grace period fits a shorter stop
-		{10 * s, 5 * s, 0, true},
-		{5 * s, 5 * s, 0, true},
-	}
-	for _, tt := range tests {
-		got, err := drainFromGrace(tt.grace, tt.stop)
-		if (err != nil) != tt.err || got != tt.want {
-			t.Errorf("drainFromGrace(%v, %v) = %v, %v; want %v, error %v", tt.grace, tt.stop, got, err, tt.want, tt.err)
-		}
-	}
-}
-
 // The default --drain-delay is lowered to half of a drain's bound that it
 // does not fit (a short grace period's), as --drain-min is lowered to it;
 // a given one that does not fit is refused (TestBadFlagValuesExit2).

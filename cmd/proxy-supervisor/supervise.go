@@ -25,11 +25,6 @@ const (
 	logFlush  = time.Second
 )
 
-// graceMargin is what the pod's grace period must hold beyond the drain and
-// the stop: time for the preStop hook to start, and the 2 s the kubelet may
-// leave after a hook before SIGTERM.
-const graceMargin = 5 * time.Second
-
 // runSupervise is the proxy container's command: subscribe to the stop
 // signals, read and check the flags, set up the log, then supervise until
 // the proxy has exited.
@@ -68,7 +63,7 @@ func runSupervise(args []string, env func(string) string, stdout, stderr io.Writ
 }
 
 // superviseOptions are supervise's flags, as parsed; config checks them
-// and derives the bounds they leave open.
+// and has supervise derive the bounds they leave open.
 type superviseOptions struct {
 	adminURL, extraReady   *httpURL
 	healthAddr             listenAddr
@@ -91,9 +86,9 @@ type superviseOptions struct {
 	install                *string
 
 	// Set by config, for logStart.
-	policy  peers.Restart
-	derived bool // the drain's bound comes from --grace-period
-	istio   istioSettings
+	policy peers.Restart
+	bounds supervise.Bounds
+	istio  istioSettings
 }
 
 func superviseFlags() (*flags, *superviseOptions) {
@@ -159,7 +154,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 	if o.policy, err = restartPolicy(o.restart.val, f.given("restart-policy", env), o.onFailure.val); err != nil {
 		return supervise.Config{}, err
 	}
-	if err := o.bounds(f, env); err != nil {
+	if err := o.deriveBounds(f, env); err != nil {
 		return supervise.Config{}, err
 	}
 	return supervise.Config{
@@ -177,12 +172,12 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 			Native:  *o.native,
 			Peers:   o.peerRestart,
 		},
-		QuitGrace:            *o.quitGrace,
-		StopTimeout:          *o.stopTimeout,
-		DrainMin:             *o.drainMin,
-		DrainTimeout:         *o.drainTimeout,
-		GracePeriod:          *o.gracePeriod,
-		DrainDelay:           *o.drainDelay,
+		QuitGrace:            o.bounds.QuitGrace,
+		StopTimeout:          o.bounds.StopTimeout,
+		DrainMin:             o.bounds.DrainMin,
+		DrainTimeout:         o.bounds.DrainTimeout,
+		GracePeriod:          o.bounds.GracePeriod,
+		DrainDelay:           o.bounds.DrainDelay,
 		DrainInboundOnly:     *o.inbound,
 		DrainHealthcheckFail: *o.hcFail,
 		DrainReadyUntilHints: *o.readyUntilHints,
@@ -194,67 +189,31 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 	}, nil
 }
 
-// bounds derives the drain's bounds from the grace period and Istio's
-// knobs where they were not given, and checks every bound.
-func (o *superviseOptions) bounds(f *flags, env func(string) string) error {
+// deriveBounds reads Istio's knobs, then has supervise.NewBounds derive
+// the bounds that the flags, as given, leave open and check them all.
+func (o *superviseOptions) deriveBounds(f *flags, env func(string) string) error {
 	var err error
 	if o.istio, err = istioDrain(env); err != nil {
 		return err
 	}
-	if *o.gracePeriod < 0 {
-		return usagef("--grace-period: must not be negative")
+	given := supervise.Given{
+		DrainMin:     f.given("drain-min", env),
+		DrainTimeout: f.given("drain-timeout", env),
+		DrainDelay:   f.given("drain-delay", env),
 	}
-	// The grace period bounds the drain unless --drain-timeout is given
-	// (docs/design.md, "Bounds").
-	o.derived = *o.gracePeriod > 0 && !f.given("drain-timeout", env)
-	if o.derived {
-		if *o.drainTimeout, err = drainFromGrace(*o.gracePeriod, *o.stopTimeout); err != nil {
-			return err
-		}
-		if *o.drainMin > *o.drainTimeout && !f.given("drain-min", env) {
-			*o.drainMin = *o.drainTimeout
-		}
-	}
-	// Istio's knobs apply only where ours were not given: a flag or its
-	// variable always wins (docs/reference.md, "Istio's knobs").
-	if o.istio.min > 0 && !f.given("drain-min", env) {
-		*o.drainMin = o.istio.min
-		// A floor above the default ceiling would be cut short; Istio's
-		// user asked for at least that long. A grace period is a ceiling
-		// that the kubelet enforces, so it wins.
-		if *o.drainMin > *o.drainTimeout && !f.given("drain-timeout", env) && !o.derived {
-			*o.drainTimeout = *o.drainMin
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"drain-timeout", *o.drainTimeout}, {"stop-timeout", *o.stopTimeout}, {"quit-grace", *o.quitGrace}} {
-		if err := positive(d.name, d.v); err != nil {
-			return err
-		}
-	}
-	if *o.drainMin < 0 {
-		return usagef("--drain-min: must not be negative")
+	o.bounds, err = supervise.NewBounds(supervise.Bounds{
+		DrainMin:     *o.drainMin,
+		DrainTimeout: *o.drainTimeout,
+		DrainDelay:   *o.drainDelay,
+		StopTimeout:  *o.stopTimeout,
+		QuitGrace:    *o.quitGrace,
+		GracePeriod:  *o.gracePeriod,
+	}, given, o.istio.min)
+	if err != nil {
+		return usagef("%v", err)
 	}
 	if *o.hungAfter < 0 {
 		return usagef("--hung-after: must not be negative")
-	}
-	return o.delayBound(f, env)
-}
-
-// delayBound fits --drain-delay inside the drain's bound: a delay that
-// reaches it would end every drain before a single close hint. One given
-// so is bad usage; the default is lowered to half of a short bound.
-func (o *superviseOptions) delayBound(f *flags, env func(string) string) error {
-	switch {
-	case *o.drainDelay < 0:
-		return usagef("--drain-delay: must not be negative")
-	case *o.drainDelay < *o.drainTimeout:
-	case f.given("drain-delay", env):
-		return usagef("--drain-delay: %v is not shorter than the drain's bound %v (--drain-timeout, or what --grace-period leaves): no close hint would ever go", *o.drainDelay, *o.drainTimeout)
-	default:
-		*o.drainDelay = *o.drainTimeout / 2
 	}
 	return nil
 }
@@ -290,18 +249,19 @@ func (o *superviseOptions) logStart(log *slog.Logger) {
 	if o.onFailure.val != "" {
 		log.Warn("--on-peer-failure is deprecated; use --restart-policy", "on_peer_failure", o.onFailure.val, "restart_policy", string(o.policy))
 	}
-	if o.derived {
-		log.Info("drain bound derived from the grace period", "grace_period", *o.gracePeriod, "stop_timeout", *o.stopTimeout, "margin", graceMargin, "drain_timeout", *o.drainTimeout)
+	b := o.bounds
+	if b.Derived() {
+		log.Info("drain bound derived from the grace period", "grace_period", b.GracePeriod, "stop_timeout", b.StopTimeout, "margin", supervise.GraceMargin, "drain_timeout", b.DrainTimeout)
 	}
 	if o.istio.min > 0 {
-		log.Info("Istio drain settings mapped", "from", o.istio.source, "drain_min", *o.drainMin, "drain_timeout", *o.drainTimeout)
+		log.Info("Istio drain settings mapped", "from", o.istio.source, "drain_min", b.DrainMin, "drain_timeout", b.DrainTimeout)
 	}
-	if *o.drainMin > *o.drainTimeout {
-		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", *o.drainMin, "drain_timeout", *o.drainTimeout)
+	if b.MinCutShort() {
+		log.Warn("--drain-min is longer than --drain-timeout; the drain will end at the timeout", "drain_min", b.DrainMin, "drain_timeout", b.DrainTimeout)
 	}
-	if need := *o.drainTimeout + *o.stopTimeout + graceMargin; *o.gracePeriod > 0 && need > *o.gracePeriod {
+	if !b.FitsGrace() {
 		log.Warn("drain and stop bounds do not fit the pod's grace period; the kubelet will SIGKILL first",
-			"drain_timeout", *o.drainTimeout, "stop_timeout", *o.stopTimeout, "margin", graceMargin, "need", need, "grace_period", *o.gracePeriod)
+			"drain_timeout", b.DrainTimeout, "stop_timeout", b.StopTimeout, "margin", supervise.GraceMargin, "need", b.Need(), "grace_period", b.GracePeriod)
 	}
 }
 
@@ -376,20 +336,3 @@ func restartPolicy(restart string, restartGiven bool, onFailure string) (peers.R
 // endpoints 2 s late from every new connection a close hint sent back to
 // the deleting pod, at no cost in failed requests or roll time.
 const defaultDrainDelay = 3 * time.Second
-
-// minDrain is the shortest drain a grace period may leave: less would end
-// every drain before Envoy's listeners have been asked to drain.
-const minDrain = time.Second
-
-// drainFromGrace is the drain's bound that the pod's grace period leaves
-// after the stop and the margin. A grace period that leaves less than
-// minDrain is refused: the kubelet would SIGKILL a proxy that drained at
-// all, and a silent clamp would hide that.
-func drainFromGrace(grace, stop time.Duration) (time.Duration, error) {
-	d := grace - stop - graceMargin
-	if d < minDrain {
-		return 0, usagef("--grace-period: %v leaves %v to drain after --stop-timeout %v and the %v margin, less than %v; "+
-			"give a longer grace period, a shorter --stop-timeout, or --drain-timeout explicitly", grace, max(d, 0), stop, graceMargin, minDrain)
-	}
-	return d, nil
-}

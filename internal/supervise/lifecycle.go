@@ -330,6 +330,3 @@ func (l *lifecycle) snapshot() snapshot {
 // start the hook later (more than 2 s was measured with 16 pods on 2
 // cores); exec's evidence does not depend on it (deletionWait).
 const DefaultDeletionWindow = 2 * time.Second
-
-// DefaultGracePeriod is Kubernetes' default terminationGracePeriodSeconds.
-const DefaultGracePeriod = 30 * time.Second

@@ -160,9 +160,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.DeletionWindow <= 0 {
 		cfg.DeletionWindow = DefaultDeletionWindow
 	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = DefaultGracePeriod
-	}
+	cfg.GracePeriod = Bounds{GracePeriod: cfg.GracePeriod}.DeletionGrace()
 	cfg.Clock = clock.Or(cfg.Clock)
 	s := &Supervisor{
 		cfg:        cfg,
