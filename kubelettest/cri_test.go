@@ -18,8 +18,8 @@ import (
 
 // criStatus is the status containerd's CRI plugin keeps of a container, in
 // a file of its own. A deleted static pod leaves the kubelet's API at once,
-// so a deletion's exit codes are read here, before the kubelet's garbage
-// collection removes the container (a minute later at the earliest).
+// so a deletion's exit codes are read here, before the kubelet removes the
+// container (waitExits).
 type criStatus struct {
 	StartedAt  int64 // Unix ns
 	FinishedAt int64 // Unix ns; 0 while it runs
@@ -58,28 +58,37 @@ func (n *node) criStatus(id string) (criStatus, error) {
 }
 
 // waitExits waits up to timeout for each named container to have finished,
-// and returns their statuses. A container seen finished is not read again:
-// the kubelet removes a deleted pod's containers once the last has exited
-// (its container GC, every minute), and one that exited first may be gone
-// by the time the last exits.
+// and returns their statuses. Every container not yet seen finished is read
+// on every round, and one seen finished is not read again: the kubelet
+// removes a deleted pod's container on the runtime's word of its death
+// (its PLEG's relist, about a second), so one that exits first (the app,
+// before a native sidecar's drain) is there to read for about that long.
+// A round that stopped at the first container still running left the
+// others unread, on a busy node past that second, and the test failed on a
+// status file that was gone.
 func (n *node) waitExits(t *testing.T, ids map[string]string, timeout time.Duration) map[string]criStatus {
 	t.Helper()
 	got := map[string]criStatus{}
 	err := proctest.Poll(timeout, func() error {
+		var first error
 		for name, id := range ids {
 			if _, seen := got[name]; seen {
 				continue
 			}
 			s, err := n.criStatus(id)
-			if err != nil {
-				return err
+			switch {
+			case err != nil:
+				err = fmt.Errorf("container %s: %w", name, err)
+			case s.FinishedAt == 0:
+				err = fmt.Errorf("container %s still running", name)
+			default:
+				got[name] = s
 			}
-			if s.FinishedAt == 0 {
-				return fmt.Errorf("container %s still running", name)
+			if first == nil {
+				first = err
 			}
-			got[name] = s
 		}
-		return nil
+		return first
 	})
 	if err != nil {
 		t.Fatalf("after %s: %v", timeout, err)

@@ -184,7 +184,7 @@ func (o *superviseOptions) config(f *flags, cmdline []string, env func(string) s
 		ProxyUID:             int(o.proxyUID),
 		AppPorts:             o.appPorts,
 		FailOnEnvoyDeath:     *o.envoyDeath,
-		HungAfter:            *o.hungAfter,
+		HungAfter:            o.bounds.HungAfter,
 		TerminationLog:       *o.termLog,
 	}, nil
 }
@@ -208,12 +208,10 @@ func (o *superviseOptions) deriveBounds(f *flags, env func(string) string) error
 		StopTimeout:  *o.stopTimeout,
 		QuitGrace:    *o.quitGrace,
 		GracePeriod:  *o.gracePeriod,
+		HungAfter:    *o.hungAfter,
 	}, given, o.istio.min)
 	if err != nil {
 		return usagef("%v", err)
-	}
-	if *o.hungAfter < 0 {
-		return usagef("--hung-after: must not be negative")
 	}
 	return nil
 }

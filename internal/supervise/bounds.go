@@ -23,13 +23,14 @@ const GraceMargin = 5 * time.Second
 const minDrain = time.Second
 
 // Bounds are the termination's bounds (--drain-min, --drain-timeout,
-// --drain-delay, --stop-timeout, --quit-grace) and the pod's grace period
-// (--grace-period, 0 when not given), once NewBounds has derived what the
-// flags left open.
+// --drain-delay, --stop-timeout, --quit-grace), the pod's grace period
+// (--grace-period, 0 when not given) and liveness's (--hung-after), once
+// NewBounds has derived what the flags left open.
 type Bounds struct {
 	DrainMin, DrainTimeout, DrainDelay time.Duration
 	StopTimeout, QuitGrace             time.Duration
 	GracePeriod                        time.Duration
+	HungAfter                          time.Duration
 
 	derived bool // DrainTimeout comes from GracePeriod
 }
@@ -84,6 +85,9 @@ func NewBounds(b Bounds, given Given, istioMin time.Duration) (Bounds, error) {
 	}
 	if b.DrainMin < 0 {
 		return Bounds{}, errors.New("--drain-min: must not be negative")
+	}
+	if b.HungAfter < 0 {
+		return Bounds{}, errors.New("--hung-after: must not be negative")
 	}
 	if err := b.fitDelay(given.DrainDelay); err != nil {
 		return Bounds{}, err

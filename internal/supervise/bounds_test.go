@@ -104,6 +104,9 @@ func TestNewBoundsRefuses(t *testing.T) {
 		{"stop timeout zero", with(func(b *Bounds) { b.StopTimeout = 0 }), Given{}, "--stop-timeout: must be above zero, got 0s"},
 		{"quit grace negative", with(func(b *Bounds) { b.QuitGrace = -s }), Given{}, "--quit-grace: must be above zero, got -1s"},
 		{"drain min negative", with(func(b *Bounds) { b.DrainMin = -s }), Given{DrainMin: true}, "--drain-min: must not be negative"},
+		{"hung after negative", with(func(b *Bounds) { b.HungAfter = -s }), Given{}, "--hung-after: must not be negative"},
+		// Checked in the flags' order: --hung-after before --drain-delay.
+		{"hung after before drain delay", with(func(b *Bounds) { b.HungAfter, b.DrainDelay = -s, -s }), Given{DrainDelay: true}, "--hung-after: must not be negative"},
 		{"drain delay negative", with(func(b *Bounds) { b.DrainDelay = -s }), Given{DrainDelay: true}, "--drain-delay: must not be negative"},
 		{"drain delay reaches the bound", with(func(b *Bounds) { b.DrainDelay = 20 * s }), Given{DrainDelay: true}, "--drain-delay: 20s is not shorter than the drain's bound 20s"},
 		{"drain delay past a derived bound", with(func(b *Bounds) { b.GracePeriod, b.DrainDelay = 20*s, 10*s }), Given{DrainDelay: true}, "--drain-delay: 10s is not shorter than the drain's bound 10s"},
