@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proxy-supervisor/proxy-supervisor/internal/http1"
+	"github.com/proxy-supervisor/proxy-supervisor/internal/peers"
 )
 
 type handler struct {
@@ -130,7 +131,7 @@ func (h *handler) complete(ctx context.Context, q http1.Query) answer {
 		return fail(400, "exit_code is required")
 	}
 	code, err := strconv.Atoi(raw)
-	if err != nil || code < 0 || code > 255 {
+	if err != nil || peers.ValidCode(code) != nil {
 		return fail(400, "exit_code %q: want an integer from 0 to 255", raw)
 	}
 	peer := q.Get("peer")

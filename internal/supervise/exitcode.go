@@ -35,7 +35,8 @@ const (
 // code depends on.
 type Event struct {
 	Kind EventKind
-	// Code: PeersSettled, the verdict's code (0, or the failed peer's);
+	// Code: PeersSettled, the verdict's code (0, or the failed peer's,
+	// never 0 for a failure: peers.Verdict reads a failure's 0 as 1);
 	// ProxyExit, the proxy's code (128+N for signal N); StartFailed, 126
 	// or 127.
 	Code int
@@ -72,7 +73,7 @@ type Event struct {
 // fixes, why, and whether it fixes one at all.
 //
 //	every expected peer succeeded           0
-//	a peer failed (--restart-policy Never)  the peer's code (1 if it said 0)
+//	a peer failed (--restart-policy Never)  the verdict's code (1 if the peer said 0)
 //	a peer failed after exec forwarded it   nothing yet: a deletion's preStop or SIGTERM
 //	a stop signal, or died of SIGTERM       may follow (Supervisor.deletionWait)
 //	the wait for a deletion ended           the peer's code
@@ -147,12 +148,10 @@ func decide(e Event, everReady bool) (code int, why string, decisive bool) {
 	return 0, "", false
 }
 
+// peerFailed is a failed peer's code: the verdict's, which never reads a
+// failure as success (peers.Policy, the one place of that rule).
 func peerFailed(e Event) (code int, why string, decisive bool) {
-	code = e.Code
-	if code == 0 {
-		code = 1 // a failure must never read as success
-	}
-	return code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
+	return e.Code, fmt.Sprintf("peer %s failed with code %d", e.Peer, e.Code), true
 }
 
 // decision is the exit code the first decisive event fixed, why, when,

@@ -41,8 +41,6 @@ func TestExitCodeTable(t *testing.T) {
 			events: []Event{{Kind: PeersSettled, Code: 143, Peer: "job", AwaitsDeletion: true}, {Kind: Signal, Signal: syscall.SIGQUIT}}, ready: true, code: 131, fixed: true},
 		{row: "a peer failed (restart-policy Never)",
 			events: []Event{{Kind: PeersSettled, Code: 3, Peer: "job"}}, code: 3, fixed: true},
-		{row: "a peer failed with code 0 and a failure reason",
-			events: []Event{{Kind: PeersSettled, Code: 0, Peer: "job"}}, code: 1, fixed: true},
 		{row: "SIGTERM after the proxy was ready",
 			events: []Event{{Kind: Signal, Signal: syscall.SIGTERM}}, ready: true, code: 0, fixed: true},
 		{row: "SIGINT after the proxy was ready",
