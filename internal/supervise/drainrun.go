@@ -117,3 +117,36 @@ func (s *Supervisor) learnDrainCall(group context.Context) {
 	s.log.Warn("Envoy's release unreadable; drain call chosen for an unknown one until it is read",
 		"call", call.String(), "gives_up", strings.Join(call.GivesUp, "; "))
 }
+
+// learnAtReady, once the proxy is first ready, learns what a drain will
+// need from Envoy (its listeners' ports, and the drain call its release
+// takes), so that a drain has it even if the admin API is slow by then.
+//
+// One after the other, the ports first (every drain needs them; a drain
+// that finds no call asks for one itself): at once, the two would open a
+// third connection to the admin API beside the tracker's, whose buffers an
+// idle supervisor, collected rarely, keeps resident.
+func (s *Supervisor) learnAtReady(ctx context.Context) {
+	select {
+	case <-s.life.readiedCh():
+	case <-ctx.Done():
+		return
+	}
+	s.learnEnvoyPorts(ctx)
+	s.learnDrainCall(ctx)
+}
+
+// learnEnvoyPorts remembers the ports of Envoy's listeners.
+func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
+	pctx, cancel := clock.WithTimeout(ctx, s.cfg.Clock, 2*time.Second)
+	defer cancel()
+	ports, err := s.admin.ListenerPorts(pctx)
+	switch {
+	case ctx.Err() != nil:
+		return // the group ended first: no drain will want them
+	case err != nil:
+		s.log.Warn("admin /listeners failed; Envoy's ports will be read at drain", "err", err)
+		return
+	}
+	s.envoyPorts.Store(&ports)
+}
