@@ -141,9 +141,15 @@ func (s *Supervisor) learnEnvoyPorts(ctx context.Context) {
 	pctx, cancel := clock.WithTimeout(ctx, s.cfg.Clock, 2*time.Second)
 	defer cancel()
 	ports, err := s.admin.ListenerPorts(pctx)
+	phase, _ := s.life.current()
 	switch {
 	case ctx.Err() != nil:
 		return // the group ended first: no drain will want them
+	case err != nil && phase >= Stopping:
+		// A proxy being stopped stops answering (a native sidecar's
+		// SIGTERM a millisecond after its first readiness): that says
+		// nothing of Envoy, and no drain will want the ports.
+		return
 	case err != nil:
 		s.log.Warn("admin /listeners failed; Envoy's ports will be read at drain", "err", err)
 		return
